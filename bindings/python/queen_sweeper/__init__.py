@@ -1,0 +1,43 @@
+"""Python bindings (ctypes, standard library only) of libqueen_sweeper.so, ABI v1.
+
+    from queen_sweeper import Sweeper
+    with Sweeper(conninfo="host=... dbname=...", apply_schema=True) as sw:
+        sw.on_fired(lambda tenant, queue, partition, count, base_offset: ...)
+        sw.start()
+        ...                      # after each commit that scheduled a timer:
+        sw.wake(deliver_at)      # a datetime or epoch milliseconds
+        print(sw.stats()["fired_total"])
+
+The library is found, in order: the `library=` argument, $QUEEN_SWEEPER_LIBRARY,
+the build trees ($QUEEN_SWEEPER_BUILD_DIR, then <repo>/build), the system.
+"""
+
+from .errors import (
+    Corrupt,
+    InternalError,
+    InvalidArgument,
+    OutOfMemory,
+    QueenSweeperError,
+    StateError,
+    Timeout,
+    VersionMismatch,
+)
+from .segment import Frame, decode_segment, txn_hash
+from .sweeper import (
+    LOG_DEBUG,
+    LOG_ERROR,
+    LOG_INFO,
+    LOG_WARN,
+    Sweeper,
+    abi_version,
+    unix_ms,
+    version,
+)
+
+__all__ = [
+    "Corrupt", "InternalError", "InvalidArgument", "OutOfMemory", "QueenSweeperError",
+    "StateError", "Timeout", "VersionMismatch",
+    "Frame", "decode_segment", "txn_hash",
+    "LOG_DEBUG", "LOG_ERROR", "LOG_INFO", "LOG_WARN", "Sweeper", "abi_version", "unix_ms",
+    "version",
+]

@@ -1,0 +1,213 @@
+"""The one place that finds libqueen_sweeper.so and declares its prototypes.
+
+Every function of abi/queen_sweeper.h is declared here once, with its argtypes
+and restype; the rest of the package calls through the `Native` object and
+never touches ctypes.CDLL directly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from pathlib import Path
+
+from .errors import VersionMismatch
+
+# The major this package was written against; a library with another major is refused.
+ABI_MAJOR = 1
+ABI_MINOR = 0
+
+LIBRARY_ENV = "QUEEN_SWEEPER_LIBRARY"
+BUILD_DIR_ENV = "QUEEN_SWEEPER_BUILD_DIR"
+LIBRARY_FILE = "libqueen_sweeper.so"
+LIBRARY_SONAME = "libqueen_sweeper.so.1"
+
+# bindings/python/queen_sweeper -> the repository root, whose build/ is the default tree.
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+# ---------------------------------------------------------------------------
+# Types of the header, section 2.
+# ---------------------------------------------------------------------------
+
+class SweeperHandle(ctypes.Structure):
+    """queen_sweeper (opaque)."""
+
+
+class SegmentHandle(ctypes.Structure):
+    """queen_sweeper_segment (opaque)."""
+
+
+SweeperPtr = ctypes.POINTER(SweeperHandle)
+SegmentPtr = ctypes.POINTER(SegmentHandle)
+
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+FIRED_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                            ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int64)
+WAKE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+
+
+class BackstopResult(ctypes.Structure):
+    """queen_sweeper_backstop_result."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("redelivered", ctypes.c_uint64),
+        ("exhausted", ctypes.c_uint64),
+        ("ttl_dropped", ctypes.c_uint64),
+        ("queues_collected", ctypes.c_uint64),
+        ("next_expiry_unix_ms", ctypes.c_int64),
+    ]
+
+
+SWEEP_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                            ctypes.POINTER(BackstopResult))
+ATTACH_WAKER_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, WAKE_FN, ctypes.c_void_p)
+
+
+class Backstop(ctypes.Structure):
+    """queen_sweeper_backstop."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("ctx", ctypes.c_void_p),
+        ("sweep", SWEEP_FN),
+        ("attach_waker", ATTACH_WAKER_FN),
+    ]
+
+
+class FrameStruct(ctypes.Structure):
+    """queen_sweeper_frame. Pointers are c_void_p so ctypes never stops at a NUL."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("flags", ctypes.c_uint8),
+        ("message_id", ctypes.c_uint8 * 16),
+        ("trace_id", ctypes.c_uint8 * 16),
+        ("txn", ctypes.c_void_p),
+        ("txn_len", ctypes.c_size_t),
+        ("producer_sub", ctypes.c_void_p),
+        ("producer_sub_len", ctypes.c_size_t),
+        ("payload", ctypes.c_void_p),
+        ("payload_len", ctypes.c_size_t),
+    ]
+
+
+# (name, restype, argtypes): the header's functions, in the header's order.
+_PROTOTYPES = [
+    ("queen_sweeper_abi_version", ctypes.c_uint32, []),
+    ("queen_sweeper_version", ctypes.c_char_p, []),
+    ("queen_sweeper_create", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(SweeperPtr)]),
+    ("queen_sweeper_set_log_callback", ctypes.c_int, [SweeperPtr, LOG_FN, ctypes.c_void_p]),
+    ("queen_sweeper_set_fired_callback", ctypes.c_int, [SweeperPtr, FIRED_FN, ctypes.c_void_p]),
+    ("queen_sweeper_set_backstop", ctypes.c_int, [SweeperPtr, ctypes.POINTER(Backstop)]),
+    ("queen_sweeper_start", ctypes.c_int, [SweeperPtr]),
+    ("queen_sweeper_stop", ctypes.c_int, [SweeperPtr, ctypes.c_uint32]),
+    ("queen_sweeper_destroy", None, [ctypes.POINTER(SweeperPtr)]),
+    ("queen_sweeper_wake", None, [SweeperPtr, ctypes.c_int64]),
+    ("queen_sweeper_last_error", ctypes.c_char_p, []),
+    ("queen_sweeper_stats", ctypes.c_int64, [SweeperPtr, ctypes.c_char_p, ctypes.c_size_t]),
+    ("queen_sweeper_metrics", ctypes.c_int64, [SweeperPtr, ctypes.c_char_p, ctypes.c_size_t]),
+    ("queen_sweeper_segment_decode", ctypes.c_int,
+     [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(SegmentPtr)]),
+    ("queen_sweeper_segment_count", ctypes.c_size_t, [SegmentPtr]),
+    ("queen_sweeper_segment_frame", ctypes.c_int,
+     [SegmentPtr, ctypes.c_size_t, ctypes.POINTER(FrameStruct)]),
+    ("queen_sweeper_segment_free", None, [ctypes.POINTER(SegmentPtr)]),
+    ("queen_sweeper_txn_hash", ctypes.c_int,
+     [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8 * 16)]),
+    ("queen_sweeper_get_api", ctypes.c_void_p, [ctypes.c_uint32]),
+]
+
+
+# ---------------------------------------------------------------------------
+# Finding a library.
+# ---------------------------------------------------------------------------
+
+def build_dirs(env_name: str = BUILD_DIR_ENV) -> list[Path]:
+    """Build trees to search: every entry of $QUEEN_SWEEPER_BUILD_DIR, then <repo>/build."""
+    dirs = [Path(p) for p in os.environ.get(env_name, "").split(os.pathsep) if p]
+    dirs.append(_REPO_ROOT / "build")
+    return dirs
+
+
+def candidate_paths(explicit, env_name: str, file_name: str, soname: str,
+                    sub_dirs: tuple[str, ...] = ("",)) -> list[str]:
+    """Where to look, in order: explicit, $env_name, build trees, the system.
+
+    An explicit path or the environment variable is taken as given (a missing
+    file there is an error, not a reason to fall back silently); build trees
+    are only listed when the file exists in them.
+    """
+    if explicit:
+        return [os.fspath(explicit)]
+    from_env = os.environ.get(env_name)
+    if from_env:
+        return [from_env]
+    found = []
+    for tree in build_dirs():
+        for sub in sub_dirs:
+            path = tree / sub / file_name if sub else tree / file_name
+            if path.is_file():
+                found.append(str(path))
+    system = ctypes.util.find_library(file_name[3:].split(".so")[0])
+    if system:
+        found.append(system)
+    found.append(soname)
+    return found
+
+
+def open_library(explicit, env_name: str, file_name: str, soname: str,
+                 sub_dirs: tuple[str, ...] = ("",)) -> tuple[ctypes.CDLL, str]:
+    """dlopen the first candidate that loads; the error lists everything tried."""
+    tried = []
+    for path in candidate_paths(explicit, env_name, file_name, soname, sub_dirs):
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as exc:
+            tried.append(f"{path}: {exc}")
+    raise OSError(
+        f"cannot load {file_name}; set {env_name} to its path or {BUILD_DIR_ENV} to the build "
+        "directory. Tried:\n  " + "\n  ".join(tried))
+
+
+class Native:
+    """A loaded libqueen_sweeper with its prototypes declared and its major checked."""
+
+    def __init__(self, cdll: ctypes.CDLL, path: str):
+        self.cdll = cdll
+        self.path = path
+        for name, restype, argtypes in _PROTOTYPES:
+            fn = getattr(cdll, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name[len("queen_sweeper_"):], fn)
+        packed = self.abi_version()
+        self.abi_major, self.abi_minor = packed >> 16, packed & 0xFFFF
+        if self.abi_major != ABI_MAJOR:
+            raise VersionMismatch(
+                -95,
+                f"{path} implements queen_sweeper ABI {self.abi_major}.{self.abi_minor}, "
+                f"but these bindings need ABI {ABI_MAJOR}.x (built against {ABI_MAJOR}.{ABI_MINOR})")
+
+    def last_error_text(self) -> str:
+        raw = self.last_error()
+        return raw.decode("utf-8", "replace") if raw else ""
+
+
+_cache: dict[str, Native] = {}
+_cache_lock = threading.Lock()
+
+
+def load(library=None) -> Native:
+    """The Native for `library` (a path), or for the first library found; cached per path."""
+    with _cache_lock:
+        key = os.fspath(library) if library else ""
+        native = _cache.get(key)
+        if native is None:
+            cdll, path = open_library(library, LIBRARY_ENV, LIBRARY_FILE, LIBRARY_SONAME)
+            native = _cache.get(path) or Native(cdll, path)
+            _cache[key] = _cache[path] = native
+        return native
