@@ -1,0 +1,181 @@
+#include "packer.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string_view>
+#include <tuple>
+
+#include "codec.hpp"
+
+namespace queen_sweeper {
+namespace {
+
+// A row that frames: its payload as it goes into the frame and what it will cost.
+struct Framed {
+    size_t row = 0;
+    std::string_view payload;
+    size_t frame_bytes = 0;  // the frame plus its 16-byte hash
+};
+
+FrameView view_of(const ClaimedTimer &t, std::string_view payload) {
+    FrameView v;
+    v.flags = static_cast<uint8_t>((t.producer_sub ? kFrameProducerSub : 0) |
+                                   (t.encrypted ? kFrameEncrypted : 0));
+    v.message_id = t.message_id;
+    v.txn = t.txn;
+    if (t.producer_sub) v.producer_sub = std::string_view(*t.producer_sub);
+    v.payload = payload;
+    return v;
+}
+
+class Packer {
+public:
+    Packer(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes)
+        : rows_(rows), max_(max_fire_bytes), inflated_(rows.size()) {}
+
+    PackResult run() {
+        std::vector<Framed> framed = frame_rows();
+        place(framed);
+        batch();
+        return std::move(result_);
+    }
+
+private:
+    // Every row is framed (or rejected) up front, in input order, so one bad row costs only
+    // itself and the rejections come back in the order the caller claimed them.
+    std::vector<Framed> frame_rows() {
+        std::vector<Framed> out;
+        out.reserve(rows_.size());
+        for (size_t i = 0; i < rows_.size(); ++i) {
+            const ClaimedTimer &t = rows_[i];
+            std::string_view payload = t.payload;
+            // The segment is compressed as a whole and a frame has no zstd flag, so a payload
+            // stored compressed goes into the frame as its plain bytes.
+            if (t.payload_zstd) {
+                std::string error;
+                if (!zstd_decompress(reinterpret_cast<const uint8_t *>(t.payload.data()),
+                                     t.payload.size(), inflated_[i], error)) {
+                    result_.rejected.emplace_back(i, "payload_zstd payload does not decompress: " +
+                                                         error);
+                    continue;
+                }
+                payload = inflated_[i];
+            }
+            try {
+                out.push_back({i, payload, frame_size(view_of(t, payload)) + kTxnHashBytes});
+            } catch (const std::length_error &e) {
+                result_.rejected.emplace_back(i, e.what());
+            }
+        }
+        return out;
+    }
+
+    // Decides which rows share a segment and in what order the segments go.
+    void place(const std::vector<Framed> &framed) {
+        // Occurrence of each row's txn within its (tenant, queue): 0 for the first.
+        std::map<std::tuple<std::string_view, std::string_view, std::string_view>, size_t> seen;
+        using GroupKey = std::tuple<std::string_view, std::string_view, std::string_view>;
+        std::map<GroupKey, size_t> group_index;
+        std::vector<std::vector<const Framed *>> groups;
+        // Later occurrences, by occurrence number, each in claim order.
+        std::vector<std::vector<const Framed *>> repeats;
+        for (const Framed &f : framed) {
+            const ClaimedTimer &t = rows_[f.row];
+            size_t occurrence = 0;
+            // An empty txn carries no identity to deduplicate on.
+            if (!t.txn.empty()) occurrence = seen[{t.tenant, t.queue, t.txn}]++;
+            if (occurrence > 0) {
+                if (repeats.size() < occurrence) repeats.resize(occurrence);
+                repeats[occurrence - 1].push_back(&f);
+                continue;
+            }
+            auto [it, inserted] =
+                group_index.try_emplace(GroupKey{t.tenant, t.queue, t.partition}, groups.size());
+            if (inserted) groups.emplace_back();
+            groups[it->second].push_back(&f);
+        }
+        for (const auto &group : groups) split_group(group);
+        // A repeat is alone in its segment: the fire answers `duplicate` per segment, and a
+        // repeat must not take innocent rows down with it. Its round comes after every
+        // segment that can hold the occurrence before it.
+        for (const auto &round : repeats)
+            for (const Framed *f : round) emit(std::vector<const Framed *>{f});
+    }
+
+    // Cuts a group where its raw frames and hashes would pass the cap; a frame over the cap
+    // on its own still gets a segment.
+    void split_group(const std::vector<const Framed *> &group) {
+        std::vector<const Framed *> current;
+        size_t current_bytes = 0;
+        for (const Framed *f : group) {
+            if (!current.empty() && f->frame_bytes > max_ - std::min(max_, current_bytes)) {
+                emit(current);
+                current.clear();
+                current_bytes = 0;
+            }
+            current.push_back(f);
+            current_bytes += f->frame_bytes;
+        }
+        if (!current.empty()) emit(current);
+    }
+
+    // Builds one segment; if zstd made a multi-frame segment bigger than the cap (it can, a
+    // little, on incompressible payloads), halves it so only a lone timer may pass the cap.
+    void emit(const std::vector<const Framed *> &frames) {
+        const ClaimedTimer &first = rows_[frames.front()->row];
+        PackedSegment seg;
+        seg.tenant = first.tenant;
+        seg.queue = first.queue;
+        seg.partition = first.partition;
+        std::string raw;
+        size_t raw_bytes = 0;
+        for (const Framed *f : frames) raw_bytes += f->frame_bytes - kTxnHashBytes;
+        raw.reserve(raw_bytes);
+        seg.hashes.reserve(frames.size() * kTxnHashBytes);
+        seg.rows.reserve(frames.size());
+        for (const Framed *f : frames) {
+            const ClaimedTimer &t = rows_[f->row];
+            append_frame(raw, view_of(t, f->payload));
+            append_txn_hash(seg.hashes, t.txn);
+            seg.rows.push_back(f->row);
+        }
+        seg.blob = compress_segment(raw);
+        seg.count = static_cast<uint32_t>(frames.size());
+        seg.bytes = seg.blob.size() + seg.hashes.size();
+        if (seg.bytes > max_ && frames.size() > 1) {
+            const size_t half = frames.size() / 2;
+            emit(std::vector<const Framed *>(frames.begin(), frames.begin() + half));
+            emit(std::vector<const Framed *>(frames.begin() + half, frames.end()));
+            return;
+        }
+        segments_.push_back(std::move(seg));
+    }
+
+    void batch() {
+        for (PackedSegment &seg : segments_) {
+            auto &batches = result_.batches;
+            if (batches.empty() || (!batches.back().segments.empty() &&
+                                    seg.bytes > max_ - std::min(max_, batches.back().bytes)))
+                batches.emplace_back();
+            batches.back().bytes += seg.bytes;
+            batches.back().segments.push_back(std::move(seg));
+        }
+        segments_.clear();
+    }
+
+    const std::vector<ClaimedTimer> &rows_;
+    const size_t max_;
+    // Decompressed payload_zstd payloads, by row; sized once so views into it stay valid.
+    std::vector<std::string> inflated_;
+    std::vector<PackedSegment> segments_;
+    PackResult result_;
+};
+
+}  // namespace
+
+PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes) {
+    return Packer(rows, max_fire_bytes).run();
+}
+
+}  // namespace queen_sweeper
