@@ -12,12 +12,17 @@ The library is found, in order: the `library=` argument, $QUEEN_SWEEPER_LIBRARY,
 the build trees ($QUEEN_SWEEPER_BUILD_DIR, then <repo>/build), the system.
 """
 
+from .ephemeral import Ephemeral, Message, SweepResult
 from .errors import (
     Corrupt,
+    Empty,
+    Full,
     InternalError,
     InvalidArgument,
+    NotFound,
     OutOfMemory,
     QueenSweeperError,
+    Stale,
     StateError,
     Timeout,
     VersionMismatch,
@@ -35,6 +40,7 @@ from .sweeper import (
 )
 
 __all__ = [
+    "Ephemeral", "Message", "SweepResult", "Empty", "Full", "NotFound", "Stale",
     "Corrupt", "InternalError", "InvalidArgument", "OutOfMemory", "QueenSweeperError",
     "StateError", "Timeout", "VersionMismatch",
     "Frame", "decode_segment", "txn_hash",

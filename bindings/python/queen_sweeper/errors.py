@@ -10,6 +10,11 @@ ETIMEDOUT = -110
 ECORRUPT = -74
 EVERSION = -95
 EINTERNAL = -5
+# Codes only the ephemeral engine returns.
+ENOENT = -2
+EAGAIN = -11
+EFULL = -28
+ESTALE = -116
 
 
 class QueenSweeperError(Exception):
@@ -52,6 +57,22 @@ class InternalError(QueenSweeperError):
     """EINTERNAL or any code these bindings do not know."""
 
 
+class NotFound(QueenSweeperError, LookupError):
+    """ENOENT (ephemeral engine): no such queue, partition, group or open delivery."""
+
+
+class Empty(QueenSweeperError):
+    """EAGAIN (ephemeral engine): nothing visible to pop."""
+
+
+class Full(QueenSweeperError):
+    """EFULL (ephemeral engine): a bound rejected the call; the message names it."""
+
+
+class Stale(QueenSweeperError):
+    """ESTALE (ephemeral engine): the lease was superseded by a later delivery."""
+
+
 _BY_CODE = {
     EINVAL: InvalidArgument,
     ESTATE: StateError,
@@ -60,6 +81,10 @@ _BY_CODE = {
     EVERSION: VersionMismatch,
     ENOMEM: OutOfMemory,
     EINTERNAL: InternalError,
+    ENOENT: NotFound,
+    EAGAIN: Empty,
+    EFULL: Full,
+    ESTALE: Stale,
 }
 
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import datetime as _dt
 import json
 import logging
 import numbers
 import threading
-import weakref
 from typing import Callable, Optional
 
-from . import _native
+from . import _lifetime, _native
 from .errors import StateError, check
 
 log = logging.getLogger("queen_sweeper")
@@ -22,20 +20,6 @@ _LOG_LEVEL_NAMES = {LOG_ERROR: "error", LOG_WARN: "warn", LOG_INFO: "info", LOG_
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _ONE_MS = _dt.timedelta(milliseconds=1)
-
-# Sweepers still open; closed before the interpreter finalises, because a C
-# thread that calls back into Python during finalisation cannot take the GIL.
-_open = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all_at_exit():
-    for owner in list(_open):
-        try:
-            owner.close()
-        except Exception:  # pragma: no cover - best effort at exit
-            pass
-
 
 def unix_ms(deliver_at) -> int:
     """A datetime (aware, or naive taken as UTC) or integer epoch ms, as epoch ms."""
@@ -94,12 +78,13 @@ class Sweeper:
         self._handle_lock = threading.Lock()
         self._handle = _native.SweeperPtr()
         self._started = False
+        self._stopped = False
         # Every object C may still call or read: kept until the handle is destroyed.
         self._keepalive: dict[str, object] = {}
         self.config = dict(config)
         text = json.dumps(self.config).encode("utf-8")
         check(self._native, self._native.create(text, ctypes.byref(self._handle)))
-        _open.add(self)
+        _lifetime.sweepers.add(self)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -157,19 +142,27 @@ class Sweeper:
             provider = engine._backstop_provider()
             check(self._native, self._native.set_backstop(handle, ctypes.byref(provider)))
             self._keepalive["backstop"] = (engine, provider)
+            holders = getattr(engine, "_holders", None)
+            if holders is not None:
+                holders.add(self)
 
     def start(self) -> None:
         """Spawn the sweeper's loop thread; a database that is down is not a failure."""
         with self._lock:
             check(self._native, self._native.start(self._live_handle()))
             self._started = True
+            self._stopped = False
 
     def stop(self, timeout_ms: int = 5000) -> None:
         """Stop gracefully; raises Timeout if the graceful part overran (still stopped)."""
         with self._lock:
             if not self._handle:
                 return
-            check(self._native, self._native.stop(self._handle, int(timeout_ms)))
+            try:
+                check(self._native, self._native.stop(self._handle, int(timeout_ms)))
+            finally:
+                # OK or ETIMEDOUT: either way the thread is joined.
+                self._stopped = True
 
     def close(self) -> None:
         """Stop if needed and destroy the handle. Idempotent."""
@@ -183,7 +176,12 @@ class Sweeper:
                     self._native.destroy(ctypes.byref(self._handle))
                     self._handle = _native.SweeperPtr()
                 self._keepalive.clear()
-                _open.discard(self)
+                _lifetime.sweepers.discard(self)
+
+    @property
+    def running(self) -> bool:
+        """Started and not yet stopped: it may still call its callbacks and backstop."""
+        return bool(self._handle) and self._started and not self._stopped
 
     @property
     def closed(self) -> bool:
