@@ -249,7 +249,8 @@ bool parse_frames(const uint8_t *data, size_t len, std::vector<FrameView> &out,
             if (end - pos >= need) return false;
             fail(error, index, start,
                  std::string(what) + " at byte " + std::to_string(pos) + " needs " +
-                     std::to_string(need) + " bytes but the body ends at byte " +
+                     std::to_string(need) + (need == 1 ? " byte" : " bytes") +
+                     " but the body ends at byte " +
                      std::to_string(end));
             return true;
         };
