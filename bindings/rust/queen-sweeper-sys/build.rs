@@ -19,4 +19,15 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=queen_sweeper");
     // Visible to dependents' build scripts as DEP_QUEEN_SWEEPER_LIB_DIR.
     println!("cargo:lib_dir={}", dir.display());
+
+    if env::var_os("CARGO_FEATURE_EPHEMERAL").is_some() {
+        // $QUEEN_EPHEMERAL_LIB_DIR, or plugins/ephemeral/ of the same build tree.
+        println!("cargo:rerun-if-env-changed=QUEEN_EPHEMERAL_LIB_DIR");
+        let eph = match env::var_os("QUEEN_EPHEMERAL_LIB_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => dir.join("plugins").join("ephemeral"),
+        };
+        println!("cargo:rustc-link-search=native={}", eph.display());
+        println!("cargo:rustc-link-lib=dylib=queen_ephemeral");
+    }
 }

@@ -29,6 +29,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use queen_sweeper_sys as sys;
 
+#[cfg(feature = "ephemeral")]
+pub mod ephemeral;
+
 // ---------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------
@@ -49,12 +52,21 @@ pub enum Error {
     Version(String),
     /// EINTERNAL, ENOMEM, or any status these bindings do not know.
     Internal(String),
+    /// ENOENT (ephemeral engine only): no such queue, partition, group or open delivery.
+    NotFound(String),
+    /// EFULL (ephemeral engine only): a bound rejected the call; the message names it.
+    Full(String),
+    /// ESTALE (ephemeral engine only): the lease was superseded by a later delivery.
+    Stale(String),
 }
 
 impl Error {
     /// The error for a negative status, with the calling thread's last error.
     fn from_status(status: i64) -> Error {
-        let message = last_error();
+        Error::with_message(status, last_error())
+    }
+
+    pub(crate) fn with_message(status: i64, message: String) -> Error {
         match status as c_int {
             sys::QUEEN_SWEEPER_EINVAL => Error::InvalidArgument(message),
             sys::QUEEN_SWEEPER_ESTATE => Error::State(message),
@@ -62,6 +74,9 @@ impl Error {
             sys::QUEEN_SWEEPER_ECORRUPT => Error::Corrupt(message),
             sys::QUEEN_SWEEPER_EVERSION => Error::Version(message),
             sys::QUEEN_SWEEPER_ENOMEM => Error::Internal(format!("out of memory: {message}")),
+            -2 => Error::NotFound(message),
+            -28 => Error::Full(message),
+            -116 => Error::Stale(message),
             _ => Error::Internal(format!("status {status}: {message}")),
         }
     }
@@ -74,7 +89,10 @@ impl Error {
             | Error::Timeout(m)
             | Error::Corrupt(m)
             | Error::Version(m)
-            | Error::Internal(m) => m,
+            | Error::Internal(m)
+            | Error::NotFound(m)
+            | Error::Full(m)
+            | Error::Stale(m) => m,
         }
     }
 
@@ -87,6 +105,9 @@ impl Error {
             Error::Corrupt(_) => sys::QUEEN_SWEEPER_ECORRUPT,
             Error::Version(_) => sys::QUEEN_SWEEPER_EVERSION,
             Error::Internal(_) => sys::QUEEN_SWEEPER_EINTERNAL,
+            Error::NotFound(_) => -2,
+            Error::Full(_) => -28,
+            Error::Stale(_) => -116,
         }
     }
 }
@@ -100,6 +121,9 @@ impl fmt::Display for Error {
             Error::Corrupt(_) => "corrupt segment",
             Error::Version(_) => "ABI version mismatch",
             Error::Internal(_) => "internal error",
+            Error::NotFound(_) => "not found",
+            Error::Full(_) => "full",
+            Error::Stale(_) => "stale lease",
         };
         write!(f, "queen_sweeper: {kind}: {}", self.message())
     }
@@ -123,7 +147,7 @@ pub fn last_error() -> String {
 }
 
 /// Copy a borrowed C string (NULL reads as "").
-unsafe fn text(p: *const c_char) -> String {
+pub(crate) unsafe fn text(p: *const c_char) -> String {
     if p.is_null() {
         String::new()
     } else {
@@ -572,13 +596,21 @@ impl Drop for Sweeper {
     }
 }
 
-fn read_snprintf(mut call: impl FnMut(*mut c_char, usize) -> i64) -> Result<String, Error> {
+fn read_snprintf(call: impl FnMut(*mut c_char, usize) -> i64) -> Result<String, Error> {
+    read_snprintf_with(call, Error::from_status)
+}
+
+/// snprintf semantics: retry with a larger buffer until the text fits.
+pub(crate) fn read_snprintf_with(
+    mut call: impl FnMut(*mut c_char, usize) -> i64,
+    error: impl Fn(i64) -> Error,
+) -> Result<String, Error> {
     let mut cap = 4096usize;
     loop {
         let mut buf = vec![0u8; cap];
         let needed = call(buf.as_mut_ptr() as *mut c_char, cap);
         if needed < 0 {
-            return Err(Error::from_status(needed));
+            return Err(error(needed));
         }
         let needed = needed as usize;
         if needed < cap {
