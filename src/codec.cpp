@@ -79,10 +79,16 @@ bool decompress_streaming(const uint8_t *src, size_t len, Buffer &out, std::stri
                           size_t ceiling) {
     std::unique_ptr<ZSTD_DCtx, DctxDeleter> dctx(ZSTD_createDCtx());
     if (!dctx) throw std::bad_alloc();
+    // zstd's default window limit (128 MiB) would refuse a legitimate segment between it and
+    // the ceiling; the ceiling, not zstd's default, is the one limit this decoder applies.
+    int window_log = 27;  // zstd's ZSTD_WINDOWLOG_LIMIT_DEFAULT, outside its stable API
+    while (window_log < 31 && (size_t{1} << window_log) < ceiling) ++window_log;
+    ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, window_log);
     out.clear();
     // One byte beyond the ceiling is room enough to notice that it was passed.
     const size_t hard_cap = ceiling == std::numeric_limits<size_t>::max() ? ceiling : ceiling + 1;
-    size_t capacity = std::min(std::max<size_t>(ZSTD_DStreamOutSize(), len * 4), hard_cap);
+    const size_t guess = len > hard_cap / 4 ? hard_cap : len * 4;
+    size_t capacity = std::min(std::max<size_t>(ZSTD_DStreamOutSize(), guess), hard_cap);
     out.resize(capacity);
     ZSTD_inBuffer in{src, len, 0};
     ZSTD_outBuffer ob{out.data(), out.size(), 0};
@@ -134,44 +140,59 @@ bool decompress_into(const uint8_t *src, size_t len, Buffer &out, std::string &e
         error = "bad zstd: empty input";
         return false;
     }
-    const unsigned long long declared = ZSTD_getFrameContentSize(src, len);
-    if (declared == ZSTD_CONTENTSIZE_ERROR) {
-        error = "bad zstd: no valid zstd frame header at byte 0";
-        return false;
-    }
-    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > ceiling) {
-        error = "bad zstd: frame declares " + std::to_string(declared) +
-                " decompressed bytes, over the " + std::to_string(ceiling) + "-byte ceiling";
-        return false;
-    }
-    // The one-shot path only when a single frame covers the whole input and states a size its
-    // input could plausibly hold; anything else (unknown size, several frames, a header that
-    // claims a ratio no real segment has) streams, growing only with what is really produced.
-    const bool plausible = declared <= static_cast<unsigned long long>(len) * 1024 + (64u << 10);
-    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && plausible) {
-        const size_t first = ZSTD_findFrameCompressedSize(src, len);
-        if (ZSTD_isError(first)) {
-            error = zstd_error("truncated or malformed frame", first);
+    // Walk the zstd frames first: a header that declares more than the ceiling is refused
+    // before anything is allocated, and a truncated frame is named by its offset.
+    size_t frames = 0;
+    bool all_declared = true;
+    unsigned long long declared = 0;
+    for (size_t pos = 0; pos < len; ++frames) {
+        const unsigned long long size = ZSTD_getFrameContentSize(src + pos, len - pos);
+        if (size == ZSTD_CONTENTSIZE_ERROR) {
+            error = "bad zstd: no valid zstd frame header at byte " + std::to_string(pos);
             return false;
         }
-        if (first == len) {
-            out.resize(static_cast<size_t>(declared));
-            const size_t n = ZSTD_decompress(out.data(), out.size(), src, len);
-            if (ZSTD_isError(n)) {
-                out.clear();
-                error = zstd_error("decompression failed", n);
-                return false;
-            }
-            if (n != declared) {
-                out.clear();
-                error = "bad zstd: frame declares " + std::to_string(declared) +
-                        " bytes but holds " + std::to_string(n);
-                return false;
-            }
-            return true;
+        const size_t compressed = ZSTD_findFrameCompressedSize(src + pos, len - pos);
+        if (ZSTD_isError(compressed)) {
+            error = zstd_error(("truncated or malformed frame at byte " + std::to_string(pos)).c_str(),
+                               compressed);
+            return false;
         }
+        if (size == ZSTD_CONTENTSIZE_UNKNOWN) {
+            all_declared = false;
+        } else {
+            declared += std::min<unsigned long long>(size, ceiling + 1ull);
+            if (declared > ceiling) {
+                error = "bad zstd: frame at byte " + std::to_string(pos) + " declares " +
+                        std::to_string(size) + " decompressed bytes" +
+                        (pos > 0 ? ", with the frames before it" : "") + " over the " +
+                        std::to_string(ceiling) + "-byte ceiling";
+                return false;
+            }
+        }
+        pos += compressed;
     }
-    return decompress_streaming(src, len, out, error, ceiling);
+    // One shot only for a single frame that states a size its input could plausibly hold;
+    // anything else (unknown size, several frames, a header claiming a ratio no real segment
+    // has) streams, growing only with what is really produced.
+    const bool plausible = declared <= static_cast<unsigned long long>(len) * 1024 + (64u << 10);
+    if (frames == 1 && all_declared && plausible) {
+        out.resize(static_cast<size_t>(declared));
+        const size_t n = ZSTD_decompress(out.data(), out.size(), src, len);
+        if (ZSTD_isError(n)) {
+            out.clear();
+            error = zstd_error("decompression failed", n);
+            return false;
+        }
+        if (n == declared) return true;
+    } else if (decompress_streaming(src, len, out, error, ceiling)) {
+        if (!all_declared || out.size() == declared) return true;
+    } else {
+        return false;
+    }
+    error = "bad zstd: frames declare " + std::to_string(declared) + " bytes but hold " +
+            std::to_string(out.size());
+    out.clear();
+    return false;
 }
 
 }  // namespace

@@ -202,6 +202,19 @@ TEST(Codec, LargePayloadRoundTrips) {
     EXPECT_EQ(seg.frames[0].payload.size(), payload.size());
 }
 
+// A ratio no header is trusted with (here thousands to one) takes the streaming path and
+// still decodes, with the declared size checked against what came out.
+TEST(Codec, HighlyCompressibleSegmentDecodes) {
+    const std::string zeros(16 << 20, '\0');
+    const std::string blob = qs::compress_segment(frames_of({make_frame(1, false, false, false, zeros)}));
+    ASSERT_GT((16u << 20) / blob.size(), 1024u);
+    qs::DecodedSegment seg;
+    std::string error;
+    ASSERT_TRUE(qs::decode_segment(bytes(blob), blob.size(), seg, error)) << error;
+    ASSERT_EQ(seg.frames.size(), 1u);
+    EXPECT_EQ(seg.frames[0].payload, zeros);
+}
+
 TEST(Codec, ManyFramesRoundTripInOrder) {
     std::vector<OwnedFrame> frames;
     for (int i = 0; i < 2000; ++i)
@@ -411,14 +424,21 @@ TEST(Codec, RefusesAFrameDeclaringAHugeSize) {
     const uint64_t declared = uint64_t{1} << 40;
     for (int i = 0; i < 8; ++i) bomb.push_back(static_cast<char>(declared >> (8 * i)));
     bomb.append("\x01\x00\x00", 3);  // last block, raw, empty
-    EXPECT_EQ(decode_error(bomb), "segment corrupt: bad zstd: frame declares 1099511627776 decompressed bytes, "
-                                  "over the 268435456-byte ceiling");
+    EXPECT_EQ(decode_error(bomb), "segment corrupt: bad zstd: frame at byte 0 declares 1099511627776 decompressed "
+                                  "bytes over the 268435456-byte ceiling");
+    // Two frames whose declared sizes only pass the ceiling together.
+    const std::string half = qs::compress_segment(std::string(3 << 20, 'h'));
+    std::string out, error;
+    EXPECT_FALSE(qs::zstd_decompress(bytes(half + half), 2 * half.size(), out, error, 5 << 20));
+    EXPECT_EQ(error, "bad zstd: frame at byte " + std::to_string(half.size()) +
+                         " declares 3145728 decompressed bytes, with the frames before it over the "
+                         "5242880-byte ceiling");
     // A size under the ceiling that the input cannot hold is refused by the decoder without
     // first allocating what the header claims.
     std::string liar = bomb;
     const uint64_t claimed = uint64_t{200} << 20;
     for (int i = 0; i < 8; ++i) liar[5 + i] = static_cast<char>(claimed >> (8 * i));
-    EXPECT_EQ(decode_error(liar).rfind("segment corrupt: bad zstd", 0), 0u);
+    EXPECT_EQ(decode_error(liar), "segment corrupt: bad zstd: frames declare 209715200 bytes but hold 0");
 }
 
 TEST(Codec, StreamedOutputOverTheCeilingIsRefused) {
