@@ -72,8 +72,9 @@ std::string zstd_error(const char *what, size_t code) {
     return std::string("bad zstd: ") + what + ": " + ZSTD_getErrorName(code);
 }
 
-// Used when the content size is not declared or the input holds several zstd frames: the
-// output grows with what is actually produced, so nothing is allocated on a header's word.
+// Used when a size is not declared, the input holds several zstd frames, or the declared size
+// is implausible for the input: the output grows with what is actually produced, so a lying
+// header cannot make us zero-fill hundreds of megabytes before the lie shows.
 template <typename Buffer>
 bool decompress_streaming(const uint8_t *src, size_t len, Buffer &out, std::string &error,
                           size_t ceiling) {
