@@ -82,9 +82,9 @@ private:
         std::vector<std::vector<const Framed *>> repeats;
         for (const Framed &f : framed) {
             const ClaimedTimer &t = rows_[f.row];
-            size_t occurrence = 0;
-            // An empty txn carries no identity to deduplicate on.
-            if (!t.txn.empty()) occurrence = seen[{t.tenant, t.queue, t.txn}]++;
+            // The empty txn is no exception: the fire refuses a segment whose hashes repeat,
+            // whatever the txn, so two empty ones must not share a segment either.
+            const size_t occurrence = seen[{t.tenant, t.queue, t.txn}]++;
             if (occurrence > 0) {
                 if (repeats.size() < occurrence) repeats.resize(occurrence);
                 repeats[occurrence - 1].push_back(&f);
@@ -96,9 +96,10 @@ private:
             groups[it->second].push_back(&f);
         }
         for (const auto &group : groups) split_group(group);
-        // A repeat is alone in its segment: the fire answers `duplicate` per segment, and a
-        // repeat must not take innocent rows down with it. Its round comes after every
-        // segment that can hold the occurrence before it.
+        // A repeat is alone in its segment: log_timers_fire_v1 refuses a segment that repeats
+        // a hash and answers `duplicate` per segment, releasing the innocent rows with the
+        // guilty one. Its round comes after every segment that can hold the occurrence before
+        // it, so the dedup check sees the first occurrence first.
         for (const auto &round : repeats)
             for (const Framed *f : round) emit(std::vector<const Framed *>{f});
     }

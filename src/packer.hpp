@@ -60,9 +60,10 @@ struct PackResult {
 // Packs claimed rows into fire batches.
 //
 // Rows are grouped by (tenant, queue, partition), groups in order of first appearance, claim
-// order kept inside each. A row whose non-empty txn already appeared earlier in the same
-// (tenant, queue) goes into a segment of its own after every segment holding an earlier
-// occurrence, so the fire's per-segment dedup check judges it alone and after the first.
+// order kept inside each. A row whose txn (empty included) already appeared earlier in the
+// same (tenant, queue) goes into a segment of its own after every segment holding an earlier
+// occurrence, so the fire's per-segment dedup check judges it alone and after the first, and
+// no segment ever repeats a hash (the fire refuses one that does).
 // A group is split so that no segment's raw frames plus hashes pass max_fire_bytes, and a
 // multi-frame segment whose compressed blob plus hashes still passes it is halved. Batches
 // take segments in order while blob + hashes stay within max_fire_bytes; a segment over the

@@ -83,6 +83,9 @@ void expect_segments_match_rows(const qs::PackResult &r, const std::vector<qs::C
         ASSERT_TRUE(qs::decode_segment(reinterpret_cast<const uint8_t *>(s->blob.data()), s->blob.size(), seg, error))
             << error;
         ASSERT_EQ(seg.frames.size(), s->rows.size());
+        std::set<std::string> hashes;
+        for (size_t i = 0; i < s->rows.size(); ++i) hashes.insert(s->hashes.substr(16 * i, 16));
+        EXPECT_EQ(hashes.size(), s->rows.size()) << "a segment repeats a transaction hash";
         for (size_t i = 0; i < s->rows.size(); ++i) {
             const qs::ClaimedTimer &t = rows[s->rows[i]];
             const qs::FrameView &f = seg.frames[i];
@@ -190,11 +193,12 @@ TEST(Packer, DuplicateTxnAcrossPartitionsComesAfterTheFirst) {
     expect_segments_match_rows(r, rows);
 }
 
-TEST(Packer, EmptyTxnIsNeverTreatedAsADuplicate) {
-    std::vector<qs::ClaimedTimer> rows{timer(kTenantA, "q", "Default", ""), timer(kTenantA, "q", "Default", ""),
+// The fire refuses a segment whose hashes repeat, and the empty txn hashes like any other.
+TEST(Packer, EmptyTxnRepeatsAreSplitLikeAnyOther) {
+    std::vector<qs::ClaimedTimer> rows{timer(kTenantA, "q", "Default", ""), timer(kTenantA, "q", "Default", "x"),
                                        timer(kTenantA, "q", "Default", "")};
     const auto r = qs::pack_timers(rows, 8 << 20);
-    EXPECT_EQ(rows_of(r), (std::vector<std::vector<size_t>>{{0, 1, 2}}));
+    EXPECT_EQ(rows_of(r), (std::vector<std::vector<size_t>>{{0, 1}, {2}}));
 }
 
 TEST(Packer, ByteCapSplitsIntoSeveralBatches) {
@@ -363,14 +367,12 @@ TEST(Packer, EveryRowIsAccountedForExactlyOnce) {
             auto it = segment_of_row.find(i);
             if (it == segment_of_row.end()) continue;
             const auto &t = rows[i];
-            if (!t.txn.empty()) {
-                auto key = std::make_tuple(t.tenant, t.queue, t.txn);
-                auto [first, inserted] = first_segment_of_txn.try_emplace(key, it->second);
-                if (!inserted) {
-                    EXPECT_GT(it->second, first->second) << "repeat of row's txn not after its first";
-                    EXPECT_EQ(segs[it->second]->count, 1u);
-                    continue;
-                }
+            auto key = std::make_tuple(t.tenant, t.queue, t.txn);
+            auto [first, inserted] = first_segment_of_txn.try_emplace(key, it->second);
+            if (!inserted) {
+                EXPECT_GT(it->second, first->second) << "repeat of row's txn not after its first";
+                EXPECT_EQ(segs[it->second]->count, 1u);
+                continue;
             }
             auto group = std::make_tuple(t.tenant, t.queue, t.partition);
             auto [last, fresh] = last_in_group.try_emplace(group, std::make_pair(it->second, i));
