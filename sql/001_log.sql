@@ -29,6 +29,8 @@ CREATE TABLE IF NOT EXISTS queen.schema_apply (
 
 -- The apply mutex: a second concurrent apply waits here until the first commits, then
 -- finds every object in place. Harmless under `psql -f` (autocommit: released at once).
+-- apply_count counts applications of this file; 002-004 take the same row lock without
+-- counting.
 INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
 ON CONFLICT (id) DO UPDATE
@@ -50,7 +52,7 @@ CREATE TABLE IF NOT EXISTS queen.queues (
 );
 
 -- Storage settings of queen.log_partitions.
---   fillfactor = 70: not measured in this project (2026-11-29). Symptom addressed: every
+--   fillfactor = 70: not measured (2026-11-29) in this project. Symptom addressed: every
 --   push rewrites the partition row (last_offset), and a rewrite stays a HOT update only
 --   while the page has free space. The reference broker sets 70 on this table under its
 --   own dated block; its observed numbers are not restated here because we have not

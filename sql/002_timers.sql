@@ -24,8 +24,7 @@ CREATE TABLE IF NOT EXISTS queen.schema_apply (
 );
 INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
-ON CONFLICT (id) DO UPDATE
-    SET applied_at = excluded.applied_at, apply_count = s.apply_count + 1;
+ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
 -- ---------------------------------------------------------------------------------------
 -- The table
@@ -107,6 +106,7 @@ AS $fn$
 $fn$;
 
 -- queen.all_shards_v1() -> int2[]: 0..63 in order, for callers that pass null shards.
+-- Locks: none.
 CREATE OR REPLACE FUNCTION queen.all_shards_v1()
 RETURNS int2[]
 LANGUAGE sql IMMUTABLE

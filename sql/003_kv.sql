@@ -18,8 +18,7 @@ CREATE TABLE IF NOT EXISTS queen.schema_apply (
 );
 INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
-ON CONFLICT (id) DO UPDATE
-    SET applied_at = excluded.applied_at, apply_count = s.apply_count + 1;
+ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
 CREATE SEQUENCE IF NOT EXISTS queen.kv_version_seq;
 

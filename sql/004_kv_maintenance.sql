@@ -17,8 +17,7 @@ CREATE TABLE IF NOT EXISTS queen.schema_apply (
 );
 INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
-ON CONFLICT (id) DO UPDATE
-    SET applied_at = excluded.applied_at, apply_count = s.apply_count + 1;
+ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
 -- queen.kv_expire_step_v1(shards int2[], now timestamptz, max_rows int) -> jsonb
 --   {"deleted": n, "done": bool, "unpruned": n, "unprunedCapped": bool, "lagMs": n,

@@ -1,0 +1,217 @@
+"""Helpers shared by the SQL tests: connection, schema application as the plugin does it,
+and thin wrappers over the queen.* functions. Fixtures live in conftest.py."""
+import datetime as dt
+import glob
+import hashlib
+import json
+import os
+import uuid
+
+import psycopg2
+import psycopg2.extras
+import pytest
+
+psycopg2.extras.register_uuid()
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SQL_DIR = os.path.join(ROOT, "sql")
+
+T1 = uuid.UUID("00000000-0000-0000-0000-000000000001")
+T2 = uuid.UUID("00000000-0000-0000-0000-000000000002")
+
+# A fixed instant: every function takes its `now` from the caller, so the tests never
+# depend on the clock.
+NOW = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+QUEEN_TABLES = [
+    "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
+    "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
+    "queen.kv", "queen.kv_quota", "queen.kv_usage",
+]
+
+
+def ms(n):
+    return dt.timedelta(milliseconds=n)
+
+
+def epoch_ms(ts):
+    return int((ts - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(milliseconds=1))
+
+
+def sql_files():
+    files = sorted(glob.glob(os.path.join(SQL_DIR, "[0-9][0-9][0-9]_*.sql")))
+    assert files, "no sql/NNN_*.sql files found under %s" % SQL_DIR
+    return files
+
+
+def schema_text(files=None):
+    """What the plugin embeds: the files concatenated in numeric order."""
+    parts = []
+    for path in files or sql_files():
+        with open(path, encoding="utf-8") as f:
+            parts.append(f.read())
+    return "\n".join(parts)
+
+
+def connect(**overrides):
+    if not os.environ.get("PGHOST"):
+        pytest.fail(
+            "PGHOST is not set: these tests need a real PostgreSQL. Start one with\n"
+            '  eval "$(tests/pg start $(mktemp -d /tmp/pgsql.XXXX))"\n'
+            "and run them again (the PG* variables it exports are the connection).",
+            pytrace=False)
+    conn = psycopg2.connect(**overrides)
+    conn.autocommit = True
+    return conn
+
+
+def apply_schema(conn, files=None):
+    """One PQexec of the whole schema, as the plugin does (autocommit: one implicit
+    transaction for the multi-statement string)."""
+    with conn.cursor() as cur:
+        cur.execute(schema_text(files))
+
+
+def txn_hash(txn):
+    """A 16-byte stand-in for the xxh3-128 of a transaction id (the SQL never computes it)."""
+    return hashlib.md5(txn.encode()).digest()
+
+
+class Queen:
+    """Thin wrappers over the SQL functions, one connection."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def one(self, sql, args=()):
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            row = cur.fetchone()
+            return row[0] if row is not None else None
+
+    def all(self, sql, args=()):
+        with self.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+    def exec(self, sql, args=()):
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+
+    # timers -------------------------------------------------------------------------
+    def apply(self, ops, tenant=T1, now=NOW, producer_sub="producer-1"):
+        return self.one("SELECT queen.log_timers_apply_v1(%s::jsonb, %s, %s, %s)",
+                        (json.dumps(ops), tenant, producer_sub, now))
+
+    def schedule(self, key, delay_ms=0, queue="q", txn=None, payload=b"{}", tenant=T1,
+                 now=NOW, partition=None, **extra):
+        import base64
+        op = {"op": "schedule", "queue": queue, "timerKey": key, "delayMs": delay_ms,
+              "txn": txn or ("txn-" + key), "payload": base64.b64encode(payload).decode()}
+        if partition is not None:
+            op["partition"] = partition
+        op.update(extra)
+        return self.apply([op], tenant=tenant, now=now)[0]
+
+    def due(self, now=NOW, cap=2000, shards=None):
+        return self.one("SELECT queen.log_timers_due_v1(%s::int2[], %s, %s)", (shards, now, cap))
+
+    def claim(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None):
+        return self.all("SELECT * FROM queen.log_timers_claim_v1(%s::int2[], %s, %s, %s, %s)",
+                        (shards, now, lease_ms, max_rows, per_tenant))
+
+    def fire(self, segments, now=NOW):
+        """segments: list of (tenant, queue, partition, [claimed rows in frame order]).
+        A claimed row is a dict with timer_key, claim_token, txn (from claim())."""
+        seg_t, seg_q, seg_p, seg_c, seg_h, seg_b = [], [], [], [], [], []
+        keys, segs, toks = [], [], []
+        for i, (tenant, queue, partition, rows) in enumerate(segments, start=1):
+            seg_t.append(tenant)
+            seg_q.append(queue)
+            seg_p.append(partition)
+            seg_c.append(len(rows))
+            seg_h.append(b"".join(txn_hash(r["txn"]) for r in rows))
+            seg_b.append(("blob:" + ",".join(r["timer_key"] for r in rows)).encode())
+            for r in rows:
+                keys.append(r["timer_key"])
+                segs.append(i)
+                toks.append(r["claim_token"])
+        return self.fire_raw(seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now)
+
+    def fire_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW):
+        return self.one(
+            "SELECT queen.log_timers_fire_v1(%s::uuid[], %s::text[], %s::text[], %s::int[],"
+            " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s)",
+            (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
+             [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now))
+
+    def fail(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
+             backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
+        return self.one(
+            "SELECT queen.log_timers_fail_v1(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
+            " %s, %s, %s, %s, %s, %s, %s)",
+            ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
+             [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
+             now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
+
+    def release(self, rows):
+        return self.one(
+            "SELECT queen.log_timers_release_v1(%s::uuid[], %s::text[], %s::text[], %s::uuid[])",
+            ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
+             [r["timer_key"] for r in rows], [r["claim_token"] for r in rows]))
+
+    def dlq(self, rows, now=NOW):
+        return self.one(
+            "SELECT queen.log_timers_dlq_v1(%s::uuid[], %s::text[], %s::text[], %s)",
+            ([r["tenant"] for r in rows], [r["queue"] for r in rows],
+             [r["key"] for r in rows], now))
+
+    def peek(self, key, queue="q", tenant=T1):
+        return self.one("SELECT queen.log_timers_peek_v1(%s, %s, %s)", (tenant, queue, key))
+
+    def timer(self, key, queue="q", tenant=T1):
+        rows = self.all("SELECT * FROM queen.log_timers WHERE tenant_id = %s AND queue = %s"
+                        " AND timer_key = %s", (tenant, queue, key))
+        return rows[0] if rows else None
+
+    def read(self, queue="q", partition="Default", tenant=T1, from_offset=0, max_segments=1000):
+        return self.all("SELECT * FROM queen.log_read_v1(%s, %s, %s, %s, %s)",
+                        (tenant, queue, partition, from_offset, max_segments))
+
+    def push(self, txns, queue="q", partition="Default", tenant=T1, now=NOW):
+        return self.one(
+            "SELECT queen.log_push_v1(%s, %s, %s, %s, %s, %s, %s)",
+            (tenant, queue, partition, len(txns),
+             psycopg2.Binary(b"".join(txn_hash(t) for t in txns)),
+             psycopg2.Binary(b"blob"), now))
+
+    def switch(self, key, value):
+        if value is None:
+            self.exec("DELETE FROM queen.system_state WHERE key = %s", (key,))
+        else:
+            self.exec("INSERT INTO queen.system_state (key, value) VALUES (%s, %s::jsonb)"
+                      " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                      (key, json.dumps(value)))
+
+    # kv -------------------------------------------------------------------------------
+    def put(self, key, value, ttl_ms=None, forever=None, ns="ns", tenant=T1, now=NOW):
+        return self.one("SELECT queen.kv_put_v1(%s, %s, %s, %s::jsonb, %s, %s, %s)",
+                        (tenant, ns, key, json.dumps(value), ttl_ms, forever, now))
+
+    def get(self, key, ns="ns", tenant=T1, now=NOW):
+        return self.one("SELECT queen.kv_get_v1(%s, %s, %s, %s)", (tenant, ns, key, now))
+
+    def delete(self, key, ns="ns", tenant=T1, now=NOW):
+        return self.one("SELECT queen.kv_delete_v1(%s, %s, %s, %s)", (tenant, ns, key, now))
+
+    def expire_step(self, now=NOW, max_rows=1000, shards=None):
+        return self.one("SELECT queen.kv_expire_step_v1(%s::int2[], %s, %s)", (shards, now, max_rows))
+
+    def usage_step(self, now=NOW, max_tenants=1000, shards=None):
+        return self.one("SELECT queen.kv_usage_step_v1(%s::int2[], %s, %s)", (shards, now, max_tenants))
+
+
+
+
+def sqlstate_of(excinfo):
+    return getattr(excinfo.value, "pgcode", None)
