@@ -115,8 +115,8 @@ AS $fn$
 $fn$;
 
 -- queen.log_timers_op_field_v1(op, index, field, json type, required) -> jsonb
--- One field of an apply op, type-checked; a JSON null counts as absent. Raises 22023
--- naming the op index and the field. Locks: none.
+-- One field of an apply op, type-checked; a JSON null counts as absent; strings other than
+-- payload must not be empty. Raises 22023 naming the op index and the field. Locks: none.
 CREATE OR REPLACE FUNCTION queen.log_timers_op_field_v1(
     p_op jsonb, p_idx int, p_field text, p_type text, p_required boolean)
 RETURNS jsonb
@@ -136,7 +136,8 @@ BEGIN
         RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: must be a JSON %, got %',
             p_idx, p_field, p_type, jsonb_typeof(v_val) USING ERRCODE = '22023';
     END IF;
-    IF p_type = 'string' AND v_val #>> '{}' = '' THEN
+    -- An empty payload is a payload (a bare signal); an empty name is a mistake.
+    IF p_type = 'string' AND v_val #>> '{}' = '' AND p_field <> 'payload' THEN
         RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: must not be empty', p_idx, p_field
             USING ERRCODE = '22023';
     END IF;
