@@ -1,0 +1,243 @@
+"""Timers.Probe* and Timers.Claim*: the read-only probe (values and index use) and the
+claim (SKIP LOCKED, never waits, tokens, lease, fairness across tenants, switches)."""
+import time
+
+import psycopg2
+import pytest
+
+from sqlkit import NOW, T1, T2, epoch_ms, ms
+
+
+def schedule_many(q, keys, delay_ms=0, tenant=T1, queue="q", now=NOW):
+    import base64
+    ops = [{"op": "schedule", "queue": queue, "timerKey": k, "delayMs": delay_ms,
+            "txn": "txn-" + k, "payload": base64.b64encode(b"{}").decode()} for k in keys]
+    for i in range(0, len(ops), 256):
+        q.apply(ops[i:i + 256], tenant=tenant, now=now)
+
+
+# ---------------------------------------------------------------------------------------
+# probe
+# ---------------------------------------------------------------------------------------
+
+def test_probe_on_an_empty_table(q):
+    d = q.due()
+    assert d["nextInMs"] is None and d["due"] == 0 and d["dueCapped"] is False
+    assert d["lateMs"] == 0 and d["nowMs"] == epoch_ms(NOW)
+    assert d["fireEnabled"] is True and d["maintenance"] is False
+
+
+def test_probe_reports_the_nearest_instant(q):
+    schedule_many(q, ["a"], delay_ms=2500)
+    schedule_many(q, ["b"], delay_ms=900)
+    d = q.due()
+    assert d["nextInMs"] == 900 and d["due"] == 0 and d["lateMs"] == 0
+    d = q.due(now=NOW + ms(899))
+    assert d["nextInMs"] == 1 and d["due"] == 0
+    d = q.due(now=NOW + ms(1000))
+    assert d["nextInMs"] == 0 and d["due"] == 1 and d["lateMs"] == 100
+    d = q.due(now=NOW + ms(3000))
+    assert d["due"] == 2 and d["lateMs"] == 2100 and d["dueCapped"] is False
+
+
+def test_probe_caps_the_due_count(q):
+    schedule_many(q, ["k%d" % i for i in range(7)])
+    d = q.due(cap=3)
+    assert d["due"] == 3 and d["dueCapped"] is True
+    d = q.due(cap=7)
+    assert d["due"] == 7 and d["dueCapped"] is False
+
+
+def test_probe_sees_claims_and_backoff_as_not_due(q):
+    schedule_many(q, ["a", "b"])
+    rows = q.claim(lease_ms=5000, max_rows=1)
+    d = q.due()
+    assert d["due"] == 1
+    q.fail(rows, klass="transient", transient_backoff_ms=2000)
+    d = q.due()
+    assert d["due"] == 1 and d["nextInMs"] == 0
+    q.claim(lease_ms=5000)          # takes b
+    d = q.due()
+    assert d["due"] == 0 and d["nextInMs"] == 2000    # a's backoff ends first
+    d = q.due(now=NOW + ms(5000))
+    assert d["due"] == 2 and d["lateMs"] == 3000      # b's lease lapsed too
+
+
+def test_probe_switches(q):
+    q.switch("timers_fire_enabled", False)
+    assert q.due()["fireEnabled"] is False
+    q.switch("timers_fire_enabled", True)
+    q.switch("maintenance_mode", True)
+    d = q.due()
+    assert d["fireEnabled"] is False and d["maintenance"] is True
+    q.switch("maintenance_mode", None)
+    assert q.due()["fireEnabled"] is True
+
+
+def test_probe_is_64_index_seeks_not_a_scan(q, db):
+    schedule_many(q, ["k%05d" % i for i in range(6000)], delay_ms=60000)
+    schedule_many(q, ["due%03d" % i for i in range(20)], delay_ms=0)
+    q.exec("ANALYZE queen.log_timers")
+    notices = []
+    with db.cursor() as cur:
+        cur.execute("LOAD 'auto_explain'")
+        cur.execute("SET auto_explain.log_min_duration = 0")
+        cur.execute("SET auto_explain.log_nested_statements = on")
+        cur.execute("SET auto_explain.log_analyze = on")
+        cur.execute("SET auto_explain.log_level = notice")
+        cur.execute("SET client_min_messages = notice")
+        db.notices.clear()
+        cur.execute("SELECT queen.log_timers_due_v1(%s::int2[], %s, 2000)", (None, NOW))
+        d = cur.fetchone()[0]
+        notices = list(db.notices)
+        cur.execute("SET auto_explain.log_min_duration = -1")
+    assert d["due"] == 20
+    plans = [n for n in notices if "log_timers" in n and "Query Text" in n]
+    assert plans, notices
+    for plan in plans:
+        if "lateral" not in plan.lower():
+            continue
+        assert "Seq Scan on log_timers" not in plan, plan
+        assert "log_timers_shard_visible_idx" in plan, plan
+    head = [p for p in plans if "ORDER BY t.visible_at" in p and "LIMIT 1" in p]
+    assert head, plans
+    # One single-row seek per shard: 64 loops, at most one row each.
+    assert "loops=64" in head[0], head[0]
+    assert "Index Only Scan using log_timers_shard_visible_idx" in head[0] or \
+           "Index Scan using log_timers_shard_visible_idx" in head[0]
+
+
+# ---------------------------------------------------------------------------------------
+# claim
+# ---------------------------------------------------------------------------------------
+
+def test_claim_stamps_tokens_and_lease(q):
+    schedule_many(q, ["b"], now=NOW - ms(300))
+    schedule_many(q, ["a"], now=NOW)
+    schedule_many(q, ["c"], now=NOW - ms(100))
+    schedule_many(q, ["later"], delay_ms=10000)
+    rows = q.claim(now=NOW + ms(50), lease_ms=30000)
+    assert [r["timer_key"] for r in rows] == ["b", "c", "a"]      # pre-claim visible_at order
+    assert [r["late_ms"] for r in rows] == [350, 150, 50]
+    assert rows[0]["deliver_at_ms"] == epoch_ms(NOW) - 300
+    assert len({r["claim_token"] for r in rows}) == 3
+    for r in rows:
+        t = q.timer(r["timer_key"])
+        assert t["claim_token"] == r["claim_token"]
+        assert t["claimed_until"] == NOW + ms(50) + ms(30000)
+        assert r["partition"] == "Default" and r["txn"] == "txn-" + r["timer_key"]
+        assert bytes(r["payload"]) == b"{}" and r["attempts"] == 0
+        assert r["producer_sub"] == "producer-1" and r["tenant_id"] == T1 and r["queue"] == "q"
+    assert q.claim(now=NOW + ms(60)) == []                        # in somebody's hands
+
+
+def test_claim_respects_max_rows_and_takes_back_lapsed_leases(q):
+    schedule_many(q, ["k%d" % i for i in range(10)])
+    first = q.claim(max_rows=4, lease_ms=1000)
+    assert len(first) == 4
+    second = q.claim(max_rows=100, lease_ms=1000)
+    assert len(second) == 6
+    assert not {r["timer_key"] for r in first} & {r["timer_key"] for r in second}
+    again = q.claim(now=NOW + ms(1000), max_rows=100)              # leases lapsed at == now
+    assert len(again) == 10
+    assert not {r["claim_token"] for r in again} & {r["claim_token"] for r in first + second}
+
+
+def test_claim_from_two_connections_takes_disjoint_rows(q, connections):
+    schedule_many(q, ["k%02d" % i for i in range(40)])
+    a = connections()
+    a.autocommit = False
+    b = connections(options="-c statement_timeout=2000")
+    with a.cursor() as cur:
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v1(null, %s, 30000, 15, 50)", (NOW,))
+        got_a = {r[0] for r in cur.fetchall()}
+    # a has not committed: its rows are locked, b skips them without waiting
+    t0 = time.monotonic()
+    with b.cursor() as cur:
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v1(null, %s, 30000, 100, 50)", (NOW,))
+        got_b = {r[0] for r in cur.fetchall()}
+    assert time.monotonic() - t0 < 1.5
+    a.commit()
+    assert len(got_a) == 15 and len(got_b) == 25 and not got_a & got_b
+
+
+def test_claim_never_waits_on_a_locked_row(q, connections):
+    schedule_many(q, ["k%d" % i for i in range(6)])
+    locker = connections()
+    locker.autocommit = False
+    with locker.cursor() as cur:
+        cur.execute("SELECT timer_key FROM queen.log_timers WHERE timer_key IN ('k1', 'k3', 'k5') FOR UPDATE")
+    claimer = connections(options="-c statement_timeout=1000 -c lock_timeout=500")
+    with claimer.cursor() as cur:
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v1(null, %s, 30000, 100, 50)", (NOW,))
+        got = sorted(r[0] for r in cur.fetchall())
+    assert got == ["k0", "k2", "k4"]
+    locker.rollback()
+    assert sorted(r["timer_key"] for r in q.claim()) == ["k1", "k3", "k5"]
+
+
+def test_claim_is_fair_across_tenants_with_identical_queue_names(q):
+    # T1 floods (older rows), T2 has a few newer ones; same queue name, same keys.
+    keys1 = ["k%02d" % i for i in range(12)]
+    schedule_many(q, keys1, tenant=T1, now=NOW - ms(10000))
+    schedule_many(q, keys1[:4], tenant=T2, now=NOW - ms(1000))
+    rows = q.claim(max_rows=10, per_tenant=3)
+    per = {T1: 0, T2: 0}
+    for r in rows:
+        per[r["tenant_id"]] += 1
+    assert per == {T1: 6, T2: 4}
+    # returned in pre-claim visible_at order: all of T1 (older) first
+    assert [r["tenant_id"] for r in rows] == [T1] * 6 + [T2] * 4
+
+
+def test_claim_is_work_conserving(q):
+    schedule_many(q, ["k%02d" % i for i in range(12)], tenant=T1)
+    rows = q.claim(max_rows=10, per_tenant=3)
+    assert len(rows) == 10
+
+
+def test_claim_without_fairness_cap_still_fills(q):
+    schedule_many(q, ["k%02d" % i for i in range(5)], tenant=T1)
+    schedule_many(q, ["k%02d" % i for i in range(5)], tenant=T2)
+    assert len(q.claim(max_rows=8, per_tenant=None)) == 8
+
+
+def test_claim_visits_only_the_given_shards_in_order(q):
+    schedule_many(q, ["k%03d" % i for i in range(200)])
+    shards = q.all("SELECT DISTINCT shard FROM queen.log_timers ORDER BY shard")
+    first, second = shards[0]["shard"], shards[1]["shard"]
+    n_first = q.one("SELECT count(*) FROM queen.log_timers WHERE shard = %s", (first,))
+    rows = q.claim(shards=[second, first], max_rows=1000)
+    got = {q.timer(r["timer_key"])["shard"] for r in rows}
+    assert got == {first, second}
+    rows2 = q.claim(shards=[first], max_rows=1000)
+    assert rows2 == []
+    assert n_first > 0
+
+
+def test_claim_returns_nothing_while_the_fire_is_switched_off(q):
+    schedule_many(q, ["a", "b"])
+    q.switch("timers_fire_enabled", False)
+    assert q.claim() == []
+    q.switch("timers_fire_enabled", None)
+    q.switch("maintenance_mode", True)
+    assert q.claim() == []
+    assert q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token IS NULL") == 2
+    q.switch("maintenance_mode", False)
+    assert len(q.claim()) == 2
+
+
+def test_paused_fire_drains_oldest_first(q):
+    schedule_many(q, ["new"], delay_ms=0, now=NOW)
+    schedule_many(q, ["old"], delay_ms=0, now=NOW - ms(60000))
+    q.switch("timers_fire_enabled", False)
+    assert q.due(now=NOW + ms(5000))["due"] == 2
+    q.switch("timers_fire_enabled", True)
+    rows = q.claim(now=NOW + ms(5000))
+    assert [r["timer_key"] for r in rows] == ["old", "new"]
+
+
+def test_claim_refuses_a_bad_lease(q):
+    with pytest.raises(psycopg2.Error) as e:
+        q.claim(lease_ms=0)
+    assert e.value.pgcode == "22023"
