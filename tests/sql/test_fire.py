@@ -1,0 +1,249 @@
+"""Timers.Fire*: fired, stale, duplicate and released segments; contiguous offsets;
+provisioning; multi-tenant isolation; array validation; never waiting on timer rows."""
+import base64
+import time
+import uuid
+
+import psycopg2
+import pytest
+
+from sqlkit import NOW, T1, T2, ms, txn_hash
+
+
+def sched(q, keys, tenant=T1, queue="q", partition=None, txns=None, now=NOW, delay_ms=0):
+    ops = []
+    for i, k in enumerate(keys):
+        op = {"op": "schedule", "queue": queue, "timerKey": k, "delayMs": delay_ms,
+              "txn": (txns[i] if txns else "txn-" + k),
+              "payload": base64.b64encode(b"{}").decode()}
+        if partition:
+            op["partition"] = partition
+        ops.append(op)
+    return q.apply(ops, tenant=tenant, now=now)
+
+
+def by_key(rows):
+    return {r["timer_key"]: r for r in rows}
+
+
+def test_fire_appends_a_segment_and_deletes_its_timers(q):
+    sched(q, ["a", "b", "c"])
+    rows = q.claim()
+    res = q.fire([(T1, "q", "Default", rows)])
+    seg = res["segments"][0]
+    assert seg["status"] == "fired" and seg["baseOffset"] == 0 and seg["endOffset"] == 2
+    assert seg["count"] == 3 and res["fired"] == 3
+    assert res["stale"] == 0 and res["duplicate"] == 0 and res["released"] == 0
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    log = q.read()
+    assert len(log) == 1 and log[0]["base_offset"] == 0 and log[0]["end_offset"] == 2
+    assert bytes(log[0]["hashes"]) == b"".join(txn_hash(r["txn"]) for r in rows)
+    assert bytes(log[0]["blob"]) == ("blob:" + ",".join(r["timer_key"] for r in rows)).encode()
+    assert log[0]["created_at"] == NOW
+    idx = q.all("SELECT * FROM queen.log_txn_index ORDER BY log_offset")
+    assert [bytes(i["hash"]) for i in idx] == [txn_hash(r["txn"]) for r in rows]
+    assert [i["log_offset"] for i in idx] == [0, 1, 2]
+    assert seg["partitionId"] == q.one("SELECT id FROM queen.log_partitions")
+
+
+def test_offsets_are_contiguous_across_segments_calls_and_pushes(q):
+    sched(q, ["k%02d" % i for i in range(10)])
+    rows = q.claim()
+    res = q.fire([(T1, "q", "Default", rows[:3]), (T1, "q", "Default", rows[3:5])])
+    assert [(s["baseOffset"], s["endOffset"]) for s in res["segments"]] == [(0, 2), (3, 4)]
+    assert q.push(["p1", "p2"])["baseOffset"] == 5
+    res = q.fire([(T1, "q", "Default", rows[5:])])
+    assert (res["segments"][0]["baseOffset"], res["segments"][0]["endOffset"]) == (7, 11)
+    log = q.read()
+    offsets = [(s["base_offset"], s["end_offset"]) for s in log]
+    assert offsets == [(0, 2), (3, 4), (5, 6), (7, 11)]
+    assert q.one("SELECT last_offset FROM queen.log_partitions") == 11
+    assert [s["base_offset"] for s in q.read(from_offset=4)] == [3, 5, 7]
+    assert [s["base_offset"] for s in q.read(from_offset=5, max_segments=1)] == [5]
+
+
+def test_fire_provisions_queue_and_partition(q):
+    sched(q, ["a"], queue="fresh", partition="P7")
+    rows = q.claim()
+    assert rows[0]["partition"] == "P7"
+    res = q.fire([(T1, "fresh", "P7", rows)])
+    assert res["fired"] == 1
+    assert q.one("SELECT name FROM queen.queues WHERE tenant_id = %s", (T1,)) == "fresh"
+    assert q.one("SELECT name FROM queen.log_partitions") == "P7"
+    assert len(q.read(queue="fresh", partition="P7")) == 1
+
+
+def test_stale_wrong_token(q):
+    sched(q, ["a", "b"])
+    rows = q.claim()
+    rows[1] = dict(rows[1], claim_token=uuid.uuid4())
+    res = q.fire([(T1, "q", "Default", rows)])
+    assert res["segments"] == [{"status": "stale", "held": 1}]
+    assert res["stale"] == 1 and res["released"] == 1 and res["fired"] == 0
+    # the held row was let go at once; the other keeps its (real) claim
+    a = q.timer(rows[0]["timer_key"])
+    assert a["claim_token"] is None and a["claimed_until"] is None and a["attempts"] == 0
+    b = q.timer(rows[1]["timer_key"])
+    assert b["claim_token"] is not None
+    assert q.read() == []
+
+
+def test_stale_expired_claim(q):
+    sched(q, ["a"])
+    rows = q.claim(lease_ms=1000)
+    res = q.fire([(T1, "q", "Default", rows)], now=NOW + ms(1000))
+    assert res["segments"] == [{"status": "stale", "held": 0}]
+    assert q.timer("a") is not None and q.read() == []
+
+
+def test_stale_when_reclaimed_by_another_broker(q):
+    sched(q, ["a", "b"])
+    old = q.claim(lease_ms=1000)
+    new = q.claim(now=NOW + ms(1500), lease_ms=30000)          # someone else re-claimed
+    res = q.fire([(T1, "q", "Default", old)], now=NOW + ms(1600))
+    assert res["segments"][0]["status"] == "stale"
+    res = q.fire([(T1, "q", "Default", new)], now=NOW + ms(1700))
+    assert res["fired"] == 2
+
+
+def test_stale_when_the_partition_does_not_match(q):
+    sched(q, ["a"])
+    rows = q.claim()
+    res = q.fire([(T1, "q", "Other", rows)])
+    assert res["segments"] == [{"status": "stale", "held": 0}]
+
+
+def test_duplicate_against_a_pushed_transaction(q):
+    q.push(["dup"])
+    sched(q, ["x", "y"], txns=["fresh", "dup"])
+    rows = q.claim()
+    assert len(rows) == 2
+    res = q.fire([(T1, "q", "Default", rows)])
+    assert res["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 1}]
+    assert res["duplicate"] == 1 and res["released"] == 1 and res["fired"] == 0
+    assert q.timer("y") is None                                 # delivered already
+    x = q.timer("x")
+    assert x["claim_token"] is None and x["claimed_until"] is None    # re-packed next cycle
+    assert len(q.read()) == 1
+    # next cycle fires the rest
+    res = q.fire([(T1, "q", "Default", q.claim())])
+    assert res["fired"] == 1 and res["segments"][0]["baseOffset"] == 1
+
+
+def test_same_txn_twice_in_one_call(q):
+    sched(q, ["a", "b"], txns=["same", "same"])
+    rows = by_key(q.claim())
+    res = q.fire([(T1, "q", "Default", [rows["a"]]), (T1, "q", "Default", [rows["b"]])])
+    assert res["segments"][0]["status"] == "fired"
+    assert res["segments"][1] == {"status": "duplicate", "duplicates": 1, "released": 0}
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    assert len(q.read()) == 1
+
+
+def test_same_txn_in_one_segment_is_refused(q):
+    sched(q, ["a", "b"], txns=["same", "same"])
+    rows = q.claim()
+    with pytest.raises(psycopg2.Error) as e:
+        q.fire([(T1, "q", "Default", rows)])
+    assert e.value.pgcode == "22023" and "seg_hashes[1]" in e.value.diag.message_primary
+
+
+def test_dedup_window_is_per_queue_and_bounded(q):
+    q.push(["old"], now=NOW - ms(3600000))          # exactly one window ago: outside
+    q.push(["recent"], queue="elsewhere")
+    sched(q, ["a", "b"], txns=["old", "recent"])
+    res = q.fire([(T1, "q", "Default", q.claim())])
+    assert res["fired"] == 2
+    # the index row for "old" now points at the new landing
+    row = q.all("SELECT i.created_at, i.log_offset FROM queen.log_txn_index i JOIN queen.queues qu ON qu.id = i.queue_id"
+                " WHERE qu.name = 'q' AND i.hash = %s", (txn_hash("old"),))[0]
+    assert row["created_at"] == NOW and row["log_offset"] >= 1
+
+
+def test_dedup_window_zero_disables_dedup(q):
+    q.push(["t"])
+    q.exec("UPDATE queen.queues SET dedup_window_ms = 0")
+    sched(q, ["a"], txns=["t"])
+    assert q.fire([(T1, "q", "Default", q.claim())])["fired"] == 1
+
+
+def test_multi_tenant_isolation(q):
+    sched(q, ["a", "b"], tenant=T1)
+    sched(q, ["a", "b"], tenant=T2)
+    rows = q.claim()
+    t1 = [r for r in rows if r["tenant_id"] == T1]
+    t2 = [r for r in rows if r["tenant_id"] == T2]
+    # T2 naming T1's keys with T1's tokens holds nothing
+    res = q.fire([(T2, "q", "Default", t1)])
+    assert res["segments"][0]["status"] == "stale"
+    res = q.fire([(T1, "q", "Default", t1), (T2, "q", "Default", t2)])
+    assert [s["status"] for s in res["segments"]] == ["fired", "fired"]
+    assert res["segments"][0]["baseOffset"] == 0 and res["segments"][1]["baseOffset"] == 0
+    assert res["segments"][0]["partitionId"] != res["segments"][1]["partitionId"]
+    assert len(q.read(tenant=T1)) == 1 and len(q.read(tenant=T2)) == 1
+    # same txn ids in another tenant's queue are not duplicates
+    assert q.one("SELECT count(DISTINCT queue_id) FROM queen.log_txn_index") == 2
+
+
+def test_mixed_call_fired_stale_duplicate(q):
+    q.push(["d"])
+    sched(q, ["f1", "f2", "s1", "d1"], txns=["f1", "f2", "s1", "d"])
+    rows = by_key(q.claim())
+    bad = dict(rows["s1"], claim_token=uuid.uuid4())
+    res = q.fire([(T1, "q", "Default", [rows["f1"], rows["f2"]]),
+                  (T1, "q", "Default", [bad]),
+                  (T1, "q", "Default", [rows["d1"]])])
+    assert [s["status"] for s in res["segments"]] == ["fired", "stale", "duplicate"]
+    assert res["fired"] == 2 and res["stale"] == 1 and res["duplicate"] == 1 and res["released"] == 0
+
+
+def test_fire_never_waits_on_timer_rows(q, connections):
+    sched(q, ["a", "b", "c"])
+    rows = by_key(q.claim())
+    locker = connections()
+    locker.autocommit = False
+    with locker.cursor() as cur:
+        cur.execute("SELECT 1 FROM queen.log_timers WHERE timer_key = 'b' FOR UPDATE")
+    firer = connections(options="-c statement_timeout=1500 -c lock_timeout=500")
+    from sqlkit import Queen
+    t0 = time.monotonic()
+    res = Queen(firer).fire([(T1, "q", "Default", [rows["a"], rows["b"]]),
+                             (T1, "q", "Default", [rows["c"]])])
+    assert time.monotonic() - t0 < 1.0
+    assert [s["status"] for s in res["segments"]] == ["stale", "fired"]
+    assert res["segments"][0]["held"] == 1 and res["released"] == 1
+    locker.rollback()
+
+
+def test_empty_fire(q):
+    res = q.fire([])
+    assert res == {"segments": [], "fired": 0, "stale": 0, "duplicate": 0, "released": 0}
+
+
+# ---------------------------------------------------------------------------------------
+# array validation
+# ---------------------------------------------------------------------------------------
+
+H = txn_hash("x")
+TOK = uuid.uuid4()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (([T1], ["q", "r"], ["p"], [1], [H], [b"b"], ["k"], [1], [TOK]), "seg_queues 2"),
+    (([T1], ["q"], ["p"], [1], [H, H], [b"b"], ["k"], [1], [TOK]), "seg_hashes 2"),
+    (([T1], ["q"], ["p"], [1], [H], [b"b"], ["k", "j"], [1], [TOK]), "timer_seg 1"),
+    (([T1], ["q"], ["p"], [1], [H], [b"b"], ["k"], [1], []), "timer_tokens 0"),
+    (([T1], ["q"], ["p"], [2], [H], [b"b"], ["k", "j"], [1, 1], [TOK, TOK]), "seg_hashes[1] is 16 bytes"),
+    (([T1], ["q"], ["p"], [0], [b""], [b"b"], [], [], []), "seg_counts[1]"),
+    (([T1], ["q"], ["p"], [1], [H], [b"b"], ["k"], [2], [TOK]), "timer_seg[1] = 2"),
+    (([T1, T1], ["q", "q"], ["p", "p"], [1, 1], [H, txn_hash("y")], [b"b", b"c"], ["k", "j"], [1, 1], [TOK, TOK]),
+     "timer_seg gives segment 1 2 timers but seg_counts[1] = 1"),
+    (([T1, T1], ["q", "q"], ["p", "p"], [1, 1], [H, txn_hash("y")], [b"b", b"c"], ["k", "k"], [1, 2], [TOK, TOK]),
+     "timer_keys[2] names the same timer as timer_keys[1]"),
+    (([T1], ["q"], [""], [1], [H], [b"b"], ["k"], [1], [TOK]), "seg_partitions[1]"),
+])
+def test_fire_refuses_arrays_that_do_not_line_up(q, args, fragment):
+    with pytest.raises(psycopg2.Error) as e:
+        q.fire_raw(*args)
+    assert e.value.pgcode == "22023", e.value.pgerror
+    assert fragment in e.value.diag.message_primary, e.value.diag.message_primary
