@@ -247,3 +247,50 @@ def test_fire_refuses_arrays_that_do_not_line_up(q, args, fragment):
         q.fire_raw(*args)
     assert e.value.pgcode == "22023", e.value.pgerror
     assert fragment in e.value.diag.message_primary, e.value.diag.message_primary
+
+
+def test_concurrent_fire_of_the_same_txn_on_two_partitions(q, connections):
+    """The dedup index upsert is the serialisation point: the second writer waits for the
+    first, finds the transaction inside the window, undoes its allocation, and answers
+    duplicate."""
+    import threading
+    from sqlkit import Queen
+    q.push(["seed"], partition="P1")
+    q.push(["seed2"], partition="P2")
+    sched(q, ["a"], txns=["X"], partition="P1")
+    sched(q, ["b"], txns=["X"], partition="P2")
+    rows = by_key(q.claim())
+    first = connections()
+    first.autocommit = False
+    res_a = Queen(first).fire([(T1, "q", "P1", [rows["a"]])])
+    assert res_a["fired"] == 1                     # not committed yet
+    second = connections(options="-c statement_timeout=10000")
+    pid = second.get_backend_pid()
+    out = {}
+
+    def run():
+        try:
+            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["b"]])])
+        except Exception as e:                  # noqa: BLE001
+            out["err"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+        if waiting == "Lock":
+            break
+        time.sleep(0.02)
+    assert waiting == "Lock"
+    first.commit()
+    t.join(10)
+    assert "err" not in out, out.get("err")
+    assert out["res"]["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 0}]
+    assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 0
+    assert [s["base_offset"] for s in q.read(partition="P2")] == [0]
+    assert [s["base_offset"] for s in q.read(partition="P1")] == [0, 1]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    idx = q.all("SELECT partition_id, log_offset FROM queen.log_txn_index WHERE hash = %s",
+                (txn_hash("X"),))
+    assert len(idx) == 1 and idx[0]["log_offset"] == 1
