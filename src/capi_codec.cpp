@@ -8,19 +8,13 @@
 #include <new>
 #include <string>
 
-// The header's handle type `struct queen_sweeper` and the C++ namespace `queen_sweeper`
-// cannot both live at global scope in one translation unit. This file never names the
-// sweeper handle, so it reads the header with that one identifier renamed; the functions it
-// defines have C linkage, whose symbols do not encode parameter types.
-#define queen_sweeper queen_sweeper_handle_
 #include "queen_sweeper.h"
-#undef queen_sweeper
 
 #include "codec.hpp"
 #include "last_error.hpp"
 
 struct queen_sweeper_segment {
-    queen_sweeper::DecodedSegment decoded;
+    qsw::DecodedSegment decoded;
 };
 
 namespace {
@@ -30,7 +24,7 @@ namespace {
 constexpr size_t kFrameV1Size = offsetof(queen_sweeper_frame, payload_len) + sizeof(size_t);
 
 int fail(int status, std::string message) {
-    queen_sweeper::set_last_error(std::move(message));
+    qsw::set_last_error(std::move(message));
     return status;
 }
 
@@ -50,7 +44,7 @@ int fail_current_exception(const char *fn) noexcept {
     } catch (...) {
     }
     try {
-        queen_sweeper::set_last_error(std::string(fn) + ": " + what);
+        qsw::set_last_error(std::string(fn) + ": " + what);
     } catch (...) {
     }
     return status;
@@ -70,7 +64,7 @@ QUEEN_SWEEPER_API int queen_sweeper_segment_decode(const uint8_t *blob, size_t l
             return fail(QUEEN_SWEEPER_EINVAL, std::string(kFn) + ": blob is NULL");
         auto seg = std::make_unique<queen_sweeper_segment>();
         std::string error;
-        if (!queen_sweeper::decode_segment(blob, len, seg->decoded, error))
+        if (!qsw::decode_segment(blob, len, seg->decoded, error))
             return fail(QUEEN_SWEEPER_ECORRUPT, std::move(error));
         *out = seg.release();
         return QUEEN_SWEEPER_OK;
@@ -98,7 +92,7 @@ QUEEN_SWEEPER_API int queen_sweeper_segment_frame(const queen_sweeper_segment *s
             return fail(QUEEN_SWEEPER_EINVAL, std::string(kFn) + ": index " + std::to_string(index) +
                                                   " is out of range (the segment has " +
                                                   std::to_string(frames.size()) + " frames)");
-        const queen_sweeper::FrameView &f = frames[index];
+        const qsw::FrameView &f = frames[index];
         // Only the 1.0 fields are written: struct_size stays the caller's, and any tail a later
         // minor adds is not ours to touch.
         out->flags = f.flags;
@@ -133,7 +127,7 @@ QUEEN_SWEEPER_API int queen_sweeper_txn_hash(const char *txn, size_t len, uint8_
         if (txn == nullptr && len > 0)
             return fail(QUEEN_SWEEPER_EINVAL,
                         std::string(kFn) + ": txn is NULL with len " + std::to_string(len));
-        queen_sweeper::txn_hash(std::string_view(txn == nullptr ? "" : txn, len), out16);
+        qsw::txn_hash(std::string_view(txn == nullptr ? "" : txn, len), out16);
         return QUEEN_SWEEPER_OK;
     } catch (...) {
         return fail_current_exception(kFn);

@@ -10,7 +10,7 @@
 #include <memory>
 #include <stdexcept>
 
-namespace queen_sweeper {
+namespace qsw {
 namespace {
 
 // flags + message id + txn length: the smallest body a frame can have.
@@ -376,4 +376,4 @@ std::string format_uuid(const uint8_t *uuid) {
     return s;
 }
 
-}  // namespace queen_sweeper
+}  // namespace qsw

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace queen_sweeper {
+namespace qsw {
 
 inline constexpr uint8_t kFrameTraceId = 1;
 inline constexpr uint8_t kFrameProducerSub = 2;
@@ -97,4 +97,4 @@ bool parse_uuid(std::string_view text, uint8_t out[kUuidBytes]);
 // The canonical lower-case 8-4-4-4-12 form PostgreSQL prints.
 std::string format_uuid(const uint8_t *uuid);
 
-}  // namespace queen_sweeper
+}  // namespace qsw

@@ -1,6 +1,6 @@
 #include "last_error.hpp"
 
-namespace queen_sweeper {
+namespace qsw {
 namespace {
 thread_local std::string t_last_error;
 }
@@ -9,4 +9,4 @@ void set_last_error(std::string message) { t_last_error = std::move(message); }
 void clear_last_error() { t_last_error.clear(); }
 const char *last_error_cstr() { return t_last_error.c_str(); }
 
-}  // namespace queen_sweeper
+}  // namespace qsw

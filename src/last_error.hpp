@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-namespace queen_sweeper {
+namespace qsw {
 
 // Records the message for the calling thread; returned by queen_sweeper_last_error().
 void set_last_error(std::string message);
@@ -11,4 +11,4 @@ void clear_last_error();
 // The calling thread's message; never null.
 const char *last_error_cstr();
 
-}  // namespace queen_sweeper
+}  // namespace qsw

@@ -8,7 +8,7 @@
 
 #include "codec.hpp"
 
-namespace queen_sweeper {
+namespace qsw {
 namespace {
 
 // A row that frames: its payload as it goes into the frame and what it will cost.
@@ -179,4 +179,4 @@ PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_by
     return Packer(rows, max_fire_bytes).run();
 }
 
-}  // namespace queen_sweeper
+}  // namespace qsw

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace queen_sweeper {
+namespace qsw {
 
 // One row as log_timers_claim_v1 returned it, in claim order.
 struct ClaimedTimer {
@@ -72,4 +72,4 @@ struct PackResult {
 // Throws std::bad_alloc (and std::runtime_error if zstd itself fails).
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes);
 
-}  // namespace queen_sweeper
+}  // namespace qsw

@@ -9,15 +9,11 @@
 #include <string>
 #include <vector>
 
-// The handle type `struct queen_sweeper` and the namespace `queen_sweeper` cannot share the
-// global scope; these tests never name the handle.
-#define queen_sweeper queen_sweeper_handle_
 #include "queen_sweeper.h"
-#undef queen_sweeper
 
 #include "codec.hpp"
 
-namespace qs = queen_sweeper;
+namespace qs = qsw;
 
 namespace {
 

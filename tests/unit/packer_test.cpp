@@ -15,7 +15,7 @@
 #include "codec.hpp"
 #include "packer.hpp"
 
-namespace qs = queen_sweeper;
+namespace qs = qsw;
 
 namespace {
 

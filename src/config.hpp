@@ -1,0 +1,58 @@
+// The resolved configuration: JSON first, then QUEEN_* environment, then defaults.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace qsw {
+
+struct Config {
+    bool sweeper = true;
+    int64_t sweeper_min_sleep_ms = 5;
+    int64_t sweeper_max_sleep_ms = 1000;
+    int64_t sweeper_idle_max_sleep_ms = 30000;
+    int64_t sweeper_idle_after_cycles = 5;
+    int64_t sweeper_empty_claim_min_ms = 25;
+    int64_t sweeper_empty_claim_max_ms = 200;
+    int64_t sweeper_lease_ms = 30000;
+    int64_t sweeper_claim_batch = 200;
+    int64_t sweeper_cycle_max_rows = 5000;
+    int64_t sweeper_due_cap = 2000;
+    int64_t sweeper_max_fire_bytes = 8 * 1024 * 1024;
+    int64_t sweeper_max_attempts = 5;
+    int64_t sweeper_parallelism = 1;
+    bool sweeper_isolate_on_permanent = true;
+    int64_t sweeper_fire_rate_per_tenant = 50;
+    int64_t sweeper_backoff_min_ms = 1000;
+    int64_t sweeper_backoff_max_ms = 60000;
+    int64_t sweeper_transient_backoff_ms = 1000;
+    int64_t kv_expire_every_ms = 1000;
+    int64_t kv_expire_batch = 1000;
+    int64_t kv_usage_every_ms = 300000;
+    int64_t stmt_timeout_ms = 30000;
+    int64_t connect_timeout_ms = 10000;
+    std::string conninfo;
+    std::string broker_id;  // default: hostname:pid
+    int64_t pool_size = 4;
+    int64_t lane_push_slots = 4;
+    int64_t lane_pop_slots = 4;
+    int64_t lane_ack_slots = 4;
+    int64_t lane_maint_slots = 4;
+    bool apply_schema = false;
+    bool read_env = true;
+    std::string log_level = "info";
+
+    int log_level_number() const;
+    // The resolved configuration as JSON, with any password in conninfo masked.
+    nlohmann::json to_json() const;
+};
+
+// Parses and validates. On failure returns false and sets `error` to a message
+// that names the key (or environment variable) and what was wrong.
+bool parse_config(const char *json_text, Config &out, std::string &error);
+
+// conninfo with password=... (keyword form) or :password@ (URI form) masked.
+std::string mask_conninfo(const std::string &conninfo);
+
+}  // namespace qsw

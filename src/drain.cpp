@@ -1,0 +1,340 @@
+// B. DRAIN: claim and fire in the same iteration. Claiming everything first and
+// firing afterwards lets the first batch's lease expire before the last fire
+// commits under load, and two brokers then steal work from each other (a
+// livelock that shows only as "the sweeper is slow"). So every worker claims a
+// batch, packs it outside any transaction, fires it, and only then claims again,
+// and all of them stop claiming once the pass has spent half the lease or the
+// cycle's row budget.
+#include "classify.hpp"
+#include "codec.hpp"
+#include "sql_args.hpp"
+#include "sweeper.hpp"
+
+namespace qsw {
+
+Task<Sweeper::DrainResult> Sweeper::drain(std::vector<int16_t> shards, int64_t row_budget) {
+    DrainResult acc;
+    int64_t rows_left = row_budget;
+    const uint64_t deadline = uv_now(&loop_) + static_cast<uint64_t>(cfg_.sweeper_lease_ms / 2);
+    if (cfg_.sweeper_parallelism <= 1) {
+        co_await drain_worker(shards, acc, rows_left, deadline);
+    } else {
+        std::vector<Task<void>> workers;
+        for (int64_t i = 0; i < cfg_.sweeper_parallelism; ++i)
+            workers.push_back(drain_worker(shards, acc, rows_left, deadline));
+        co_await join_all(std::move(workers));
+    }
+    acc.capped = !acc.failed && !acc.empty_claim && (rows_left <= 0 || uv_now(&loop_) >= deadline);
+    co_return acc;
+}
+
+Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
+                                 uint64_t deadline) {
+    while (!stopping_.load() && !acc.failed && rows_left > 0 && uv_now(&loop_) < deadline) {
+        const int64_t want = std::min(cfg_.sweeper_claim_batch, rows_left);
+        rows_left -= want;  // reserved, so parallel workers share one budget
+        Query q;
+        q.sql = "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, "
+                "payload_zstd, encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts "
+                "FROM queen.log_timers_claim_v1($1::int2[], now(), $2::int, $3::int, $4::int)";
+        q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_lease_ms)),
+                    text_param(std::to_string(want)), text_param(std::to_string(cfg_.sweeper_fire_rate_per_tenant))};
+        q.timeout_ms = cfg_.stmt_timeout_ms;
+        PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+        if (!r.ok) {
+            rows_left += want;
+            acc.failed = true;
+            cycle_failed("claim", r);
+            co_return;
+        }
+        const int got = r.rows();
+        rows_left += want - got;
+        const uint64_t claimed_at = uv_now(&loop_);
+        {
+            std::lock_guard<std::mutex> g(stats_.mu);
+            ++stats_.f.claims_total;
+            stats_.f.claimed_total += got;
+            if (got == 0 && acc.claimed == 0) ++stats_.f.empty_claims_total;
+        }
+        if (got == 0) {
+            if (acc.claimed == 0) acc.empty_claim = true;
+            co_return;
+        }
+        acc.claimed += got;
+        std::vector<ClaimedTimer> rows(static_cast<size_t>(got));
+        for (int i = 0; i < got; ++i) {
+            ClaimedTimer &t = rows[static_cast<size_t>(i)];
+            t.tenant = r.get(i, 0);
+            t.queue = r.get(i, 1);
+            t.timer_key = r.get(i, 2);
+            t.partition = r.get(i, 3);
+            t.txn = r.get(i, 4);
+            parse_uuid(r.get(i, 5), t.message_id);
+            pg_bytea_from_text(r.get(i, 6), t.payload);
+            t.payload_zstd = r.get(i, 7) == "t";
+            t.encrypted = r.get(i, 8) == "t";
+            if (!r.is_null(i, 9)) t.producer_sub = r.get(i, 9);
+            t.claim_token = r.get(i, 10);
+            t.deliver_at_ms = std::stoll(r.get(i, 11));
+            // Lateness at fire time = lateness at claim + time spent since the claim,
+            // measured on the loop's monotonic clock, so no two clocks are compared.
+            t.late_ms = std::stoll(r.get(i, 12)) - static_cast<int64_t>(claimed_at);
+            t.attempts = std::stoi(r.get(i, 13));
+            held_[{t.tenant, t.queue, t.timer_key}] = t.claim_token;
+        }
+        r = PgResult{};  // the claim's result can be large: free it before packing
+        PackResult packed = pack_timers(rows, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
+        if (!packed.rejected.empty()) {
+            std::vector<size_t> which;
+            for (auto &[idx, reason] : packed.rejected) which.push_back(idx);
+            {
+                std::lock_guard<std::mutex> g(stats_.mu);
+                stats_.f.rejected_total += static_cast<int64_t>(which.size());
+            }
+            log_.warn(std::to_string(which.size()) + " claimed timer(s) cannot be framed (" +
+                      packed.rejected.front().second + "); failing them as permanent");
+            co_await fail_rows(rows, which, "cannot be framed: " + packed.rejected.front().second, "permanent");
+        }
+        for (auto &batch : packed.batches) {
+            co_await fire_batch(rows, batch, false);
+            if (hard_stop_.load()) co_return;
+        }
+        acc.moved += got;
+        if (got < want) co_return;  // nothing more is due for us right now
+    }
+}
+
+Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating) {
+    std::vector<std::string> seg_tenants, seg_queues, seg_parts, keys, tokens;
+    std::vector<int64_t> counts, seg_of;
+    std::vector<std::string_view> hashes, blobs;
+    size_t total_rows = 0;
+    for (size_t s = 0; s < batch.segments.size(); ++s) {
+        const PackedSegment &seg = batch.segments[s];
+        seg_tenants.push_back(seg.tenant);
+        seg_queues.push_back(seg.queue);
+        seg_parts.push_back(seg.partition);
+        counts.push_back(seg.count);
+        hashes.emplace_back(seg.hashes);
+        blobs.emplace_back(seg.blob);
+        for (size_t idx : seg.rows) {
+            keys.push_back(rows[idx].timer_key);
+            tokens.push_back(rows[idx].claim_token);
+            seg_of.push_back(static_cast<int64_t>(s + 1));
+            ++total_rows;
+        }
+    }
+    Query q;
+    q.sql = "SELECT queen.log_timers_fire_v1($1::uuid[], $2::text[], $3::text[], $4::int[], $5, $6, "
+            "$7::text[], $8::int[], $9::uuid[], now())::text";
+    q.params = {text_param(pg_text_array(seg_tenants)),
+                text_param(pg_text_array(seg_queues)),
+                text_param(pg_text_array(seg_parts)),
+                text_param(pg_int_array(counts)),
+                binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid),
+                binary_param(pg_bytea_array_binary(blobs), kByteaArrayOid),
+                text_param(pg_text_array(keys)),
+                text_param(pg_int_array(seg_of)),
+                text_param(pg_text_array(tokens))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    auto forget = [&](const PackedSegment &seg) {
+        for (size_t idx : seg.rows) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+    };
+    if (r.ok && r.rows() == 1) {
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(r.get(0, 0));
+        } catch (const std::exception &e) {
+            log_.error(std::string("fire answer unreadable: ") + e.what());
+            co_return;
+        }
+        const auto &segs = j["segments"];
+        const int64_t now_mono = static_cast<int64_t>(uv_now(&loop_));
+        int64_t fired = 0, stale = 0, dup = 0, released = 0, lag_max = 0;
+        std::vector<int64_t> lags;
+        struct Note {
+            size_t seg;
+            int64_t base;
+        };
+        std::vector<Note> fired_notes;
+        for (size_t s = 0; s < batch.segments.size() && s < segs.size(); ++s) {
+            const auto &sj = segs[s];
+            const std::string status = sj.value("status", "");
+            const PackedSegment &seg = batch.segments[s];
+            if (status == "fired") {
+                fired += seg.count;
+                for (size_t idx : seg.rows) {
+                    int64_t lag = std::max<int64_t>(rows[idx].late_ms + now_mono, 0);
+                    lags.push_back(lag);
+                    lag_max = std::max(lag_max, lag);
+                }
+                fired_notes.push_back({s, sj.value("baseOffset", int64_t(-1))});
+            } else if (status == "stale") {
+                ++stale;
+                released += sj.value("held", int64_t(0));
+            } else if (status == "duplicate") {
+                dup += sj.value("duplicates", int64_t(0));
+                released += sj.value("released", int64_t(0));
+            }
+            forget(seg);
+        }
+        {
+            std::lock_guard<std::mutex> g(stats_.mu);
+            auto &f = stats_.f;
+            f.fired_total += fired;
+            f.fired_segments_total += static_cast<int64_t>(fired_notes.size());
+            f.stale_total += stale;
+            f.duplicate_total += dup;
+            f.released_total += released;
+            ++f.fire_txns_total;
+            f.fire_bytes_total += static_cast<int64_t>(batch.bytes);
+            for (auto l : lags) f.fire_lag.add(l);
+            f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, lag_max);
+        }
+        if (isolating && fired == 0 && stale == 0 && dup == 0) {
+            // nothing to do: an empty answer for a single timer
+        }
+        // After the commit, never before: a host can wake its parked consumers now.
+        if (fired_fn_) {
+            for (auto &n : fired_notes) {
+                const PackedSegment &seg = batch.segments[n.seg];
+                try {
+                    fired_fn_(fired_user_, seg.tenant.c_str(), seg.queue.c_str(), seg.partition.c_str(), seg.count,
+                              n.base);
+                } catch (...) {
+                    log_.error("the host's on_fired callback threw; ignored");
+                }
+            }
+        }
+        co_return;
+    }
+    if (r.ok) r.message = "fire returned no row";
+    const ErrorClass cls = classify_sqlstate(r.sqlstate);
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &f = stats_.f;
+        if (cls == ErrorClass::transient) ++f.fire_failures_transient;
+        else if (cls == ErrorClass::config) ++f.fire_failures_config;
+        else ++f.fire_failures_permanent;
+    }
+    note_error("fire", r);
+    log_.warn(std::string("fire of ") + std::to_string(total_rows) + " timer(s) in " +
+              std::to_string(batch.segments.size()) + " segment(s) failed (" + error_class_name(cls) +
+              (r.sqlstate.empty() ? "" : ", SQLSTATE " + r.sqlstate) + "): " + r.message);
+    if (hard_stop_.load()) co_return;
+    std::vector<size_t> all;
+    for (auto &seg : batch.segments)
+        for (size_t idx : seg.rows) all.push_back(idx);
+    if (cls != ErrorClass::transient && !isolating && cfg_.sweeper_isolate_on_permanent && all.size() > 1) {
+        // Replay one timer per call: the poisoned one fails alone and the others
+        // are delivered, instead of the whole batch waiting on it.
+        for (size_t idx : all) {
+            std::vector<ClaimedTimer> one{rows[idx]};
+            PackResult p = pack_timers(one, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
+            for (auto &b : p.batches) co_await fire_batch(one, b, true);
+            if (hard_stop_.load()) co_return;
+        }
+        co_return;
+    }
+    if (isolating && cls != ErrorClass::transient) {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.poisoned_total += static_cast<int64_t>(all.size());
+    }
+    co_await fail_rows(rows, all, r.message, error_class_name(cls));
+}
+
+Task<void> Sweeper::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which,
+                              const std::string &error, const std::string &cls) {
+    if (which.empty()) co_return;
+    std::vector<std::string> tenants, queues, keys, tokens;
+    for (size_t idx : which) {
+        tenants.push_back(rows[idx].tenant);
+        queues.push_back(rows[idx].queue);
+        keys.push_back(rows[idx].timer_key);
+        tokens.push_back(rows[idx].claim_token);
+    }
+    Query q;
+    q.sql = "SELECT queen.log_timers_fail_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5, $6, now(), "
+            "$7::int, $8::int, $9::int, $10::int)::text";
+    q.params = {text_param(pg_text_array(tenants)),
+                text_param(pg_text_array(queues)),
+                text_param(pg_text_array(keys)),
+                text_param(pg_text_array(tokens)),
+                text_param(error.substr(0, 2000)),
+                text_param(cls),
+                text_param(std::to_string(cfg_.sweeper_backoff_min_ms)),
+                text_param(std::to_string(cfg_.sweeper_backoff_max_ms)),
+                text_param(std::to_string(cfg_.sweeper_transient_backoff_ms)),
+                text_param(std::to_string(cfg_.sweeper_max_attempts))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    for (size_t idx : which) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+    if (!r.ok) {
+        // The claims lapse with their lease: the lease is the net under a failed failure.
+        note_error("fail", r);
+        co_return;
+    }
+    nlohmann::json j = nlohmann::json::parse(r.get(0, 0), nullptr, false);
+    if (j.is_discarded()) co_return;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.released_total += j.value("released", int64_t(0));
+    }
+    const auto &ex = j["exhausted"];
+    if (!ex.is_array() || ex.empty()) co_return;
+    std::vector<std::string> et, eq, ek;
+    for (const auto &e : ex) {
+        et.push_back(e.value("tenant", ""));
+        eq.push_back(e.value("queue", ""));
+        ek.push_back(e.value("key", ""));
+    }
+    Query d;
+    d.sql = "SELECT queen.log_timers_dlq_v1($1::uuid[], $2::text[], $3::text[], now())::text";
+    d.params = {text_param(pg_text_array(et)), text_param(pg_text_array(eq)), text_param(pg_text_array(ek))};
+    d.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult dr = co_await pool_->query(Lane::maint, std::move(d));
+    if (!dr.ok) {
+        note_error("dlq", dr);
+        co_return;
+    }
+    nlohmann::json dj = nlohmann::json::parse(dr.get(0, 0), nullptr, false);
+    const int64_t moved = dj.is_discarded() ? 0 : dj.value("moved", int64_t(0));
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.dlq_total += moved;
+    }
+    log_.warn(std::to_string(moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
+}
+
+Task<void> Sweeper::release_held() {
+    if (held_.empty()) co_return;
+    std::vector<std::string> tenants, queues, keys, tokens;
+    for (auto &[k, tok] : held_) {
+        tenants.push_back(std::get<0>(k));
+        queues.push_back(std::get<1>(k));
+        keys.push_back(std::get<2>(k));
+        tokens.push_back(tok);
+    }
+    Query q;
+    q.sql = "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
+    q.params = {text_param(pg_text_array(tenants)), text_param(pg_text_array(queues)),
+                text_param(pg_text_array(keys)), text_param(pg_text_array(tokens))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (!r.ok) {
+        note_error("release at stop", r);
+        log_.warn("could not release " + std::to_string(held_.size()) + " claim(s) at stop: " + r.message +
+                  "; they lapse with their lease");
+        co_return;
+    }
+    const int64_t n = r.rows() == 1 ? std::stoll(r.get(0, 0)) : 0;
+    held_.clear();
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.released_on_stop_total += n;
+    }
+    log_.info("released " + std::to_string(n) + " claim(s) at stop");
+}
+
+}  // namespace qsw

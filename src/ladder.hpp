@@ -1,0 +1,19 @@
+// The shedding ladder: which optional phases run at a given pressure. Priority
+// from the top is fire, usage rollup, KV prune; shedding starts at the bottom.
+// The fire is not on the ladder at all: it never switches itself off.
+#pragma once
+#include <cstdint>
+
+namespace qsw {
+
+struct LadderStep {
+    bool prune = true;
+    bool rollup = true;
+    int64_t fire_row_budget = 0;  // this cycle's row budget for the drain
+};
+
+// pressure = consecutive capped cycles. 1 sheds the prune, 2 or more sheds the
+// rollup too. The fire's budget halves per step, never below one claim batch.
+LadderStep shedding_ladder(int64_t pressure, int64_t cycle_max_rows, int64_t claim_batch);
+
+}  // namespace qsw

@@ -1,0 +1,39 @@
+// Logging through the host's callback. Never log a timer key, a KV key, a
+// payload or a password: messages are built from counts, names of phases and
+// SQLSTATEs only.
+#pragma once
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "queen_sweeper.h"
+
+namespace qsw {
+
+class Logger {
+public:
+    void set_callback(queen_sweeper_log_fn fn, void *user) {
+        std::lock_guard<std::mutex> g(mu_);
+        fn_ = fn;
+        user_ = user;
+    }
+    void set_level(int level) { level_.store(level); }
+    bool enabled(int level) const { return level <= level_.load(); }
+    void log(int level, const std::string &msg) {
+        if (!enabled(level)) return;
+        std::lock_guard<std::mutex> g(mu_);
+        if (fn_) fn_(user_, level, msg.c_str());
+    }
+    void error(const std::string &m) { log(QUEEN_SWEEPER_LOG_ERROR, m); }
+    void warn(const std::string &m) { log(QUEEN_SWEEPER_LOG_WARN, m); }
+    void info(const std::string &m) { log(QUEEN_SWEEPER_LOG_INFO, m); }
+    void debug(const std::string &m) { log(QUEEN_SWEEPER_LOG_DEBUG, m); }
+
+private:
+    std::mutex mu_;
+    queen_sweeper_log_fn fn_ = nullptr;
+    void *user_ = nullptr;
+    std::atomic<int> level_{QUEEN_SWEEPER_LOG_INFO};
+};
+
+}  // namespace qsw

@@ -1,0 +1,103 @@
+// One asynchronous libpq connection driven by the sweeper's loop: a small state
+// machine (connecting, setup, idle, busy, down) whose poll direction always comes
+// from the last libpq status. A call past its deadline is cancelled on the server
+// and its connection is closed, never reused.
+#pragma once
+#include <libpq-fe.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace qsw {
+
+struct QueryParam {
+    std::string value;
+    bool is_null = false;
+    bool binary = false;  // value holds the binary wire form (e.g. a bytea[] array)
+    Oid type = 0;
+};
+
+struct Query {
+    std::string sql;
+    std::vector<QueryParam> params;
+    bool simple = false;      // several statements, no parameters (PQsendQuery)
+    int64_t timeout_ms = 30000;
+};
+
+struct PgResult {
+    bool ok = false;
+    std::string sqlstate;  // empty when the failure was not the server's answer
+    std::string message;
+    std::shared_ptr<PGresult> res;
+
+    int rows() const { return res ? PQntuples(res.get()) : 0; }
+    bool is_null(int r, int c) const { return PQgetisnull(res.get(), r, c); }
+    std::string get(int r, int c) const {
+        return std::string(PQgetvalue(res.get(), r, c), static_cast<size_t>(PQgetlength(res.get(), r, c)));
+    }
+    int column(const char *name) const { return res ? PQfnumber(res.get(), name) : -1; }
+};
+
+using QueryCallback = std::function<void(PgResult)>;
+
+class PgConn {
+public:
+    enum class State { down, connecting, setup, idle, busy, closed };
+
+    struct Hooks {
+        std::function<void(PgConn &)> on_ready;                        // became idle (after connect or a call)
+        std::function<void(PgConn &, const std::string &)> on_broken;  // connection lost or failed to connect
+    };
+
+    PgConn(uv_loop_t *loop, int id, std::string conninfo, int64_t connect_timeout_ms, int64_t stmt_timeout_ms,
+           Hooks hooks);
+    ~PgConn();
+    PgConn(const PgConn &) = delete;
+    PgConn &operator=(const PgConn &) = delete;
+
+    void connect();                                  // from down: start connecting now
+    void connect_after(int64_t delay_ms);            // from down: start connecting after a delay
+    void run(Query q, QueryCallback cb);             // requires idle
+    void close(const std::string &why);              // abandon: cancel in flight, finish, closed forever
+    State state() const { return state_; }
+    int id() const { return id_; }
+    int backend_pid() const { return backend_pid_; }
+
+private:
+    void start_poll(int events);
+    void stop_poll();
+    void on_poll(int status, int events);
+    void on_timer();
+    void continue_connect();
+    void drive_query(int events);
+    void finish_call(PgResult r);
+    void broken(const std::string &why, bool cancel_on_server);
+    void reset_handles();
+
+    uv_loop_t *loop_;
+    int id_;
+    std::string conninfo_;
+    int64_t connect_timeout_ms_;
+    int64_t stmt_timeout_ms_;
+    Hooks hooks_;
+    State state_ = State::down;
+    PGconn *pg_ = nullptr;
+    uv_poll_t *poll_ = nullptr;
+    int poll_fd_ = -1;
+    int poll_events_ = 0;
+    uv_timer_t *timer_ = nullptr;
+    enum class TimerRole { none, reconnect, connect_deadline, call_deadline } timer_role_ = TimerRole::none;
+    QueryCallback cb_;
+    PgResult pending_;
+    bool flushing_ = false;
+    int64_t stmt_deadline_ms_ = 0;
+    int backend_pid_ = 0;
+};
+
+const char *conn_state_name(PgConn::State s);
+
+}  // namespace qsw

@@ -1,0 +1,271 @@
+#include "pool.hpp"
+
+#include <algorithm>
+#include <random>
+
+namespace qsw {
+
+const char *lane_name(Lane l) {
+    switch (l) {
+    case Lane::push: return "push";
+    case Lane::pop: return "pop";
+    case Lane::ack: return "ack";
+    case Lane::maint: return "maint";
+    }
+    return "?";
+}
+
+Pool::Pool(uv_loop_t *loop, PoolOptions opts, Logger &log) : loop_(loop), opts_(std::move(opts)), log_(log) {
+    idle_ = new uv_idle_t;
+    uv_idle_init(loop_, idle_);
+    idle_->data = this;
+}
+
+Pool::~Pool() = default;
+
+void Pool::start() {
+    for (int i = 0; i < opts_.pool_size; ++i) {
+        PgConn::Hooks hooks;
+        hooks.on_ready = [this](PgConn &c) { on_ready(c); };
+        hooks.on_broken = [this](PgConn &c, const std::string &why) { on_broken(c, why); };
+        conns_.push_back(std::make_unique<PgConn>(loop_, i, opts_.conninfo, opts_.connect_timeout_ms,
+                                                  opts_.stmt_timeout_ms, std::move(hooks)));
+    }
+    for (auto &c : conns_) c->connect();
+}
+
+void Pool::post(std::function<void()> fn) {
+    posted_.push_back(std::move(fn));
+    if (idle_ && !uv_is_active(reinterpret_cast<uv_handle_t *>(idle_))) {
+        uv_idle_start(idle_, [](uv_idle_t *h) { static_cast<Pool *>(h->data)->on_post(nullptr); });
+    }
+}
+
+void Pool::on_post(uv_async_t *) {
+    // Run only what was posted before this turn; callbacks may post more.
+    std::deque<std::function<void()>> batch;
+    batch.swap(posted_);
+    if (posted_.empty() && idle_) uv_idle_stop(idle_);
+    for (auto &fn : batch) fn();
+    if (!posted_.empty() && idle_ && !uv_is_active(reinterpret_cast<uv_handle_t *>(idle_)))
+        uv_idle_start(idle_, [](uv_idle_t *h) { static_cast<Pool *>(h->data)->on_post(nullptr); });
+}
+
+static PgResult failure(const std::string &msg) {
+    PgResult r;
+    r.ok = false;
+    r.message = msg;
+    return r;
+}
+
+void Pool::call(Lane lane, Query q, QueryCallback cb) {
+    ++calls_total_;
+    ++lane_calls_[static_cast<int>(lane)];
+    if (shut_) {
+        ++calls_failed_total_;
+        post([cb = std::move(cb)] { cb(failure("sweeper is stopping")); });
+        return;
+    }
+    if (opts_.lane_slots[static_cast<int>(lane)] <= 0) {
+        ++calls_failed_total_;
+        post([cb = std::move(cb), lane] {
+            cb(failure(std::string("lane ") + lane_name(lane) + " has no admission slots"));
+        });
+        return;
+    }
+    admit(Waiter{lane, std::move(q), std::move(cb), uv_now(loop_)});
+}
+
+CallbackAwaiter<PgResult> Pool::query(Lane lane, Query q) {
+    return CallbackAwaiter<PgResult>{
+        [this, lane, q = std::move(q)](std::function<void(PgResult)> done) mutable {
+            call(lane, std::move(q), std::move(done));
+        },
+        {}, {}, false};
+}
+
+void Pool::admit(Waiter w) {
+    const int l = static_cast<int>(w.lane);
+    if (in_use_[l] < opts_.lane_slots[l]) {
+        ++in_use_[l];
+        with_slot(std::move(w));
+    } else {
+        slot_waiters_[l].push_back(std::move(w));
+    }
+}
+
+void Pool::with_slot(Waiter w) {
+    max_slot_wait_ms_ = std::max<int64_t>(max_slot_wait_ms_, static_cast<int64_t>(uv_now(loop_) - w.enqueued_ms));
+    // Only now, holding the slot, may the call ask for a connection.
+    conn_waiters_.push_back(std::move(w));
+    dispatch();
+}
+
+void Pool::release_slot(Lane lane) {
+    const int l = static_cast<int>(lane);
+    --in_use_[l];
+    if (!slot_waiters_[l].empty() && !shut_) {
+        Waiter w = std::move(slot_waiters_[l].front());
+        slot_waiters_[l].pop_front();
+        ++in_use_[l];
+        with_slot(std::move(w));
+    }
+}
+
+void Pool::dispatch() {
+    while (!conn_waiters_.empty()) {
+        PgConn *idle = nullptr;
+        bool usable = false;
+        for (auto &c : conns_) {
+            auto s = c->state();
+            if (s == PgConn::State::idle) {
+                idle = c.get();
+                break;
+            }
+            if (s == PgConn::State::busy || s == PgConn::State::setup) usable = true;
+        }
+        if (!idle) {
+            // No connection can serve and the last attempt failed: the database is
+            // down. Fail fast rather than park the cycle; the caller's backoff
+            // paces the retries and the backstop keeps running meanwhile.
+            if (!usable && consecutive_failures_ > 0) {
+                fail_connection_waiters("database unavailable: " + last_error_);
+            }
+            return;
+        }
+        Waiter w = std::move(conn_waiters_.front());
+        conn_waiters_.pop_front();
+        const Lane lane = w.lane;
+        auto cb = std::move(w.cb);
+        idle->run(std::move(w.q), [this, lane, cb = std::move(cb)](PgResult r) mutable {
+            // The connection is back (idle) or gone (down) by now: offer it first,
+            // then give back the slot, then tell the caller.
+            if (!r.ok) ++calls_failed_total_;
+            if (!shut_) dispatch();
+            release_slot(lane);
+            post([cb = std::move(cb), r = std::move(r)]() mutable { cb(std::move(r)); });
+        });
+    }
+}
+
+void Pool::fail_connection_waiters(const std::string &why) {
+    std::deque<Waiter> ws;
+    ws.swap(conn_waiters_);
+    for (auto &w : ws) {
+        ++calls_failed_total_;
+        release_slot(w.lane);
+        post([cb = std::move(w.cb), why] { cb(failure(why)); });
+    }
+    // release_slot may have admitted new waiters into conn_waiters_; they fail too.
+    if (!conn_waiters_.empty()) fail_connection_waiters(why);
+}
+
+void Pool::on_ready(PgConn &) {
+    ++connects_total_;
+    consecutive_failures_ = 0;
+    if (!db_up_) {
+        db_up_ = true;
+        ever_up_ = true;
+        log_.info("database connection up");
+    }
+    dispatch();
+}
+
+void Pool::on_broken(PgConn &c, const std::string &why) {
+    if (shut_) return;
+    ++disconnects_total_;
+    ++consecutive_failures_;
+    last_error_ = why;
+    if (why.find("deadline") != std::string::npos) ++deadline_cancels_total_;
+    bool usable = false;
+    for (auto &o : conns_) {
+        auto s = o->state();
+        if (s == PgConn::State::idle || s == PgConn::State::busy || s == PgConn::State::setup) usable = true;
+    }
+    if (!usable) {
+        if (db_up_ || !ever_up_) {
+            log_.warn("database unavailable (" + why + "); reconnecting with backoff");
+            ever_up_ = true;
+        }
+        db_up_ = false;
+        fail_connection_waiters("database unavailable: " + why);
+    }
+    // Exponential backoff with jitter: 50 ms after a single lost connection, up
+    // to 5 s while the server keeps refusing.
+    static thread_local std::minstd_rand rng{std::random_device{}()};
+    int shift = std::min(consecutive_failures_, 7);
+    int64_t base = std::min<int64_t>(5000, int64_t(50) << shift);
+    int64_t delay = base / 2 + static_cast<int64_t>(rng() % static_cast<uint64_t>(base / 2 + 1));
+    c.connect_after(delay);
+}
+
+void Pool::shutdown(const std::string &why) {
+    if (shut_) return;
+    shut_ = true;
+    for (int l = 0; l < kLaneCount; ++l) {
+        while (!slot_waiters_[l].empty()) {
+            Waiter w = std::move(slot_waiters_[l].front());
+            slot_waiters_[l].pop_front();
+            ++calls_failed_total_;
+            post([cb = std::move(w.cb), why] { cb(failure(why)); });
+        }
+    }
+    fail_connection_waiters(why);
+    for (auto &c : conns_) c->close(why);
+    db_up_ = false;
+}
+
+void Pool::close_handles() {
+    if (idle_) {
+        uv_idle_stop(idle_);
+        uv_close(reinterpret_cast<uv_handle_t *>(idle_), [](uv_handle_t *h) { delete reinterpret_cast<uv_idle_t *>(h); });
+        idle_ = nullptr;
+    }
+}
+
+bool Pool::drain_posted() {
+    // Used at teardown: run what is still queued (failures handed to coroutines).
+    bool any = !posted_.empty();
+    while (!posted_.empty()) on_post(nullptr);
+    return any;
+}
+
+PoolFigures Pool::figures() const {
+    PoolFigures f;
+    f.db_state = db_up_ ? "up" : (consecutive_failures_ > 0 ? "down" : "connecting");
+    if (shut_) f.db_state = "closed";
+    f.last_error = last_error_;
+    f.connections = static_cast<int>(conns_.size());
+    for (auto &c : conns_) {
+        switch (c->state()) {
+        case PgConn::State::idle: ++f.idle; break;
+        case PgConn::State::busy: ++f.busy; break;
+        case PgConn::State::setup:
+        case PgConn::State::connecting: ++f.connecting; break;
+        default: ++f.down; break;
+        }
+    }
+    f.connects_total = connects_total_;
+    f.disconnects_total = disconnects_total_;
+    f.deadline_cancels_total = deadline_cancels_total_;
+    f.calls_total = calls_total_;
+    f.calls_failed_total = calls_failed_total_;
+    f.waiting_for_connection = static_cast<int>(conn_waiters_.size());
+    for (int l = 0; l < kLaneCount; ++l) {
+        f.slots_in_use[l] = in_use_[l];
+        f.slots[l] = opts_.lane_slots[l];
+        f.waiting_for_slot[l] = static_cast<int>(slot_waiters_[l].size());
+        f.lane_calls_total[l] = lane_calls_[l];
+    }
+    f.max_slot_wait_ms = max_slot_wait_ms_;
+    return f;
+}
+
+std::vector<int> Pool::backend_pids() const {
+    std::vector<int> v;
+    for (auto &c : conns_)
+        if (c->backend_pid()) v.push_back(c->backend_pid());
+    return v;
+}
+
+}  // namespace qsw

@@ -1,0 +1,101 @@
+// The connection pool and its admission lanes. A call takes its admission slot
+// BEFORE its connection and gives the connection back BEFORE the slot: inverting
+// the two deadlocks the pool under load (callers holding connections wait for
+// slots held by callers waiting for connections). Each call is its own checkout:
+// no connection is held between calls.
+#pragma once
+#include <uv.h>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "log.hpp"
+#include "pg_conn.hpp"
+#include "task.hpp"
+
+namespace qsw {
+
+enum class Lane { push = 0, pop = 1, ack = 2, maint = 3 };
+constexpr int kLaneCount = 4;
+const char *lane_name(Lane l);
+
+struct PoolOptions {
+    std::string conninfo;
+    int pool_size = 4;
+    std::array<int, kLaneCount> lane_slots{4, 4, 4, 4};
+    int64_t connect_timeout_ms = 10000;
+    int64_t stmt_timeout_ms = 30000;
+};
+
+struct PoolFigures {
+    std::string db_state;  // connecting, up, down
+    std::string last_error;
+    int connections = 0, idle = 0, busy = 0, connecting = 0, down = 0;
+    int64_t connects_total = 0, disconnects_total = 0, deadline_cancels_total = 0;
+    int64_t calls_total = 0, calls_failed_total = 0;
+    int waiting_for_connection = 0;
+    std::array<int, kLaneCount> slots_in_use{}, slots{}, waiting_for_slot{};
+    std::array<int64_t, kLaneCount> lane_calls_total{};
+    int64_t max_slot_wait_ms = 0;
+};
+
+class Pool {
+public:
+    Pool(uv_loop_t *loop, PoolOptions opts, Logger &log);
+    ~Pool();
+
+    void start();                     // opens every connection (asynchronously)
+    void shutdown(const std::string &why);  // fails every waiter, closes every connection
+    void close_handles();                   // last: the pool's own loop handle
+    bool drain_posted();                    // runs queued completions; true if any ran
+
+    // The callback is never called synchronously from inside call().
+    void call(Lane lane, Query q, QueryCallback cb);
+    // The awaitable form for the cycle's coroutines.
+    CallbackAwaiter<PgResult> query(Lane lane, Query q);
+
+    PoolFigures figures() const;
+    bool up() const { return db_up_; }
+    std::vector<int> backend_pids() const;
+
+private:
+    struct Waiter {
+        Lane lane;
+        Query q;
+        QueryCallback cb;
+        uint64_t enqueued_ms;
+    };
+    void admit(Waiter w);
+    void with_slot(Waiter w);
+    void dispatch();
+    void release_slot(Lane lane);
+    void on_ready(PgConn &c);
+    void on_broken(PgConn &c, const std::string &why);
+    void fail_connection_waiters(const std::string &why);
+    void post(std::function<void()> fn);
+    void on_post(uv_async_t *a);
+
+    uv_loop_t *loop_;
+    PoolOptions opts_;
+    Logger &log_;
+    std::vector<std::unique_ptr<PgConn>> conns_;
+    std::array<int, kLaneCount> in_use_{};
+    std::array<std::deque<Waiter>, kLaneCount> slot_waiters_;
+    std::deque<Waiter> conn_waiters_;
+    std::deque<std::function<void()>> posted_;
+    uv_idle_t *idle_ = nullptr;
+    bool db_up_ = false;
+    bool ever_up_ = false;
+    bool shut_ = false;
+    int consecutive_failures_ = 0;
+    std::string last_error_;
+    int64_t connects_total_ = 0, disconnects_total_ = 0, deadline_cancels_total_ = 0;
+    int64_t calls_total_ = 0, calls_failed_total_ = 0, max_slot_wait_ms_ = 0;
+    std::array<int64_t, kLaneCount> lane_calls_{};
+};
+
+}  // namespace qsw

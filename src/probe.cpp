@@ -1,0 +1,68 @@
+// A. PROBE: one read-only call and one server now(). 64 single-row index seeks
+// give the nearest visible_at; a capped count gives the due rows.
+#include "sql_args.hpp"
+#include "sweeper.hpp"
+
+namespace qsw {
+
+std::string shards_param(const std::vector<int16_t> &shards) {
+    std::string s = "{";
+    for (size_t i = 0; i < shards.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(shards[i]);
+    }
+    return s + "}";
+}
+
+Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
+    Query q;
+    q.sql = "SELECT queen.log_timers_due_v1($1::int2[], now(), $2::int)::text";
+    q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_due_cap))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    ProbeResult p;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        ++stats_.f.probes_total;
+    }
+    if (!r.ok || r.rows() != 1) {
+        if (r.ok) r.message = "probe returned no row";
+        cycle_failed("probe", r);
+        co_return p;
+    }
+    try {
+        auto j = nlohmann::json::parse(r.get(0, 0));
+        p.ok = true;
+        p.empty = !j.contains("nextInMs") || j["nextInMs"].is_null();
+        p.next_in_ms = p.empty ? 0 : j["nextInMs"].get<int64_t>();
+        p.due = j.value("due", int64_t(0));
+        const bool fire_enabled = j.value("fireEnabled", true);
+        const bool maintenance = j.value("maintenance", false);
+        p.fire_enabled = fire_enabled;
+        if (!fire_enabled && !fire_paused_logged_) {
+            log_.warn(std::string("fire paused by ") + (maintenance ? "maintenance mode" : "timers_fire_enabled = false") +
+                      ": timers are kept and drain oldest first on resume");
+            fire_paused_logged_ = true;
+        } else if (fire_enabled && fire_paused_logged_) {
+            log_.info("fire resumed");
+            fire_paused_logged_ = false;
+        }
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &f = stats_.f;
+        f.timers_due = p.due;
+        f.timers_due_capped = j.value("dueCapped", false);
+        f.timers_oldest_late_ms = j.value("lateMs", int64_t(0));
+        f.next_in_ms = p.empty ? -1 : std::max<int64_t>(p.next_in_ms, 0);
+        f.fire_enabled = fire_enabled;
+        f.maintenance = maintenance;
+    } catch (const std::exception &e) {
+        PgResult bad;
+        bad.message = std::string("probe answer unreadable: ") + e.what();
+        bad.sqlstate = "XX000";
+        cycle_failed("probe", bad);
+        p.ok = false;
+    }
+    co_return p;
+}
+
+}  // namespace qsw

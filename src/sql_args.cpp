@@ -1,0 +1,73 @@
+#include "sql_args.hpp"
+
+namespace qsw {
+
+std::string pg_text_array(const std::vector<std::string> &items) {
+    std::string s = "{";
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (i) s += ',';
+        s += '"';
+        for (char c : items[i]) {
+            if (c == '"' || c == '\\') s += '\\';
+            s += c;
+        }
+        s += '"';
+    }
+    s += '}';
+    return s;
+}
+
+std::string pg_int_array(const std::vector<int64_t> &items) {
+    std::string s = "{";
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(items[i]);
+    }
+    s += '}';
+    return s;
+}
+
+static void put_be32(std::string &s, uint32_t v) {
+    s += static_cast<char>((v >> 24) & 0xff);
+    s += static_cast<char>((v >> 16) & 0xff);
+    s += static_cast<char>((v >> 8) & 0xff);
+    s += static_cast<char>(v & 0xff);
+}
+
+std::string pg_bytea_array_binary(const std::vector<std::string_view> &items) {
+    size_t total = 20;
+    for (auto i : items) total += 4 + i.size();
+    std::string s;
+    s.reserve(total);
+    put_be32(s, 1);   // ndim
+    put_be32(s, 0);   // no NULLs
+    put_be32(s, 17);  // element type: bytea
+    put_be32(s, static_cast<uint32_t>(items.size()));
+    put_be32(s, 1);   // lower bound
+    for (auto i : items) {
+        put_be32(s, static_cast<uint32_t>(i.size()));
+        s.append(i.data(), i.size());
+    }
+    return s;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+bool pg_bytea_from_text(std::string_view t, std::string &out) {
+    out.clear();
+    if (t.size() < 2 || t[0] != '\\' || t[1] != 'x' || (t.size() % 2) != 0) return false;
+    out.resize((t.size() - 2) / 2);
+    for (size_t i = 2, o = 0; i < t.size(); i += 2, ++o) {
+        int hi = hexval(t[i]), lo = hexval(t[i + 1]);
+        if (hi < 0 || lo < 0) return false;
+        out[o] = static_cast<char>((hi << 4) | lo);
+    }
+    return true;
+}
+
+}  // namespace qsw

@@ -1,0 +1,27 @@
+// Encoding of array parameters for libpq and decoding of bytea results. Text
+// arrays are quoted element by element; bytea arrays go in PostgreSQL's binary
+// array format so an 8 MiB segment is not doubled into hex on the way.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pg_conn.hpp"
+
+namespace qsw {
+
+constexpr Oid kByteaArrayOid = 1001;
+
+std::string pg_text_array(const std::vector<std::string> &items);
+std::string pg_int_array(const std::vector<int64_t> &items);
+std::string pg_bytea_array_binary(const std::vector<std::string_view> &items);
+// A bytea column in text form ("\x0a1b...") back to its bytes.
+bool pg_bytea_from_text(std::string_view text, std::string &out);
+// The shard visiting order as an int2[] literal.
+std::string shards_param(const std::vector<int16_t> &shards);
+
+inline QueryParam text_param(std::string v) { return QueryParam{std::move(v), false, false, 0}; }
+inline QueryParam binary_param(std::string v, Oid type) { return QueryParam{std::move(v), false, true, type}; }
+
+}  // namespace qsw

@@ -1,0 +1,105 @@
+// Figures the loop publishes and any thread may read. The loop thread writes
+// under the mutex once per phase; the wake path only touches the atomics.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pool.hpp"
+
+namespace qsw {
+
+// A fixed ring of the most recent fire lags, so p50/p99 cost O(ring) at read time
+// and nothing on the fire path beyond one store.
+class LagRing {
+public:
+    void add(int64_t ms) {
+        ring_[next_ % ring_.size()] = ms;
+        ++next_;
+    }
+    int64_t percentile(double p) const;
+    size_t size() const { return std::min<size_t>(next_, ring_.size()); }
+
+private:
+    std::vector<int64_t> ring_ = std::vector<int64_t>(4096, 0);
+    size_t next_ = 0;
+};
+
+struct Figures {
+    std::string state = "created";  // created, running, stopping, stopped, disabled
+    std::string broker_id;
+    int start_shard = 0;
+    int64_t cycles_total = 0;
+    int64_t probes_total = 0;
+    int64_t claims_total = 0;
+    int64_t claimed_total = 0;
+    int64_t empty_claims_total = 0;
+    int64_t fired_total = 0;           // timers delivered into the log
+    int64_t fired_segments_total = 0;
+    int64_t stale_total = 0;           // segments found stale at fire time
+    int64_t duplicate_total = 0;       // timers whose txn was already in the log
+    int64_t released_total = 0;        // claimed rows handed back without delivery
+    int64_t fire_txns_total = 0;
+    int64_t fire_bytes_total = 0;
+    int64_t fire_failures_transient = 0, fire_failures_config = 0, fire_failures_permanent = 0;
+    int64_t poisoned_total = 0;        // timers isolated as the cause of a permanent failure
+    int64_t dlq_total = 0;
+    int64_t rejected_total = 0;        // rows the packer refused (e.g. a corrupt zstd payload)
+    int64_t released_on_stop_total = 0;
+    int64_t timers_due = 0;
+    bool timers_due_capped = false;
+    int64_t timers_oldest_late_ms = 0;
+    int64_t next_in_ms = -1;
+    bool fire_enabled = true;
+    bool maintenance = false;
+    int64_t fire_paused_cycles_total = 0;
+    LagRing fire_lag;
+    int64_t fire_lag_max_ms = 0;
+    int64_t cycle_errors_total = 0;
+    std::string last_error;
+    // Sub-clocks.
+    std::string phase_fire = "on";
+    std::string phase_prune = "on";   // on, off_config, shed
+    std::string phase_rollup = "on";
+    std::string phase_backstop = "off";  // on when a provider is set
+    int64_t kv_deleted_total = 0;
+    int64_t kv_prune_calls_total = 0;
+    int64_t kv_expired_not_pruned = 0;
+    bool kv_expired_not_pruned_capped = false;
+    int64_t kv_expiry_lag_ms = 0;
+    int64_t rollup_runs_total = 0;
+    double rollup_max_quota_ratio = 0;
+    bool rollup_sampled = false;
+    nlohmann::json rollup_tenants = nlohmann::json::array();
+    int64_t backstop_runs_total = 0, backstop_failures_total = 0;
+    int64_t backstop_redelivered_total = 0, backstop_exhausted_total = 0;
+    int64_t backstop_ttl_dropped_total = 0, backstop_queues_collected_total = 0;
+    int64_t backstop_next_expiry_unix_ms = -1;
+    // The loop.
+    int64_t pressure = 0;
+    int64_t capped_cycles_total = 0;
+    int64_t sleep_ms = 0;
+    int64_t idle_cycles = 0;
+    int64_t wake_cut_sleeps_total = 0;  // sleeps a wake actually shortened
+    int loop_close_rc = 1;              // uv_loop_close's result after stop (0 = clean)
+    bool teardown_clean = false;
+    PoolFigures pool;
+    nlohmann::json config = nlohmann::json::object();
+};
+
+struct Stats {
+    std::mutex mu;
+    Figures f;
+    std::atomic<int64_t> wakes_total{0};
+    std::atomic<int64_t> wake_signals_total{0};
+    std::atomic<int64_t> backstop_wakes_total{0};
+
+    nlohmann::json to_json();
+    std::string to_prometheus();
+};
+
+}  // namespace qsw

@@ -1,0 +1,127 @@
+// C. SUB-CLOCKS: the usage rollup, then the KV prune, each on its own gate and
+// below the fire in priority. A phase whose cost tracks space rather than work
+// is not paced by the phase that tracks work. Shedding starts from the bottom
+// (the prune first, then the rollup); a class 42 error turns a phase off for the
+// life of the process, and neither can ever take the fire down with it.
+#include "classify.hpp"
+#include "sql_args.hpp"
+#include "sweeper.hpp"
+
+namespace qsw {
+
+// While a tenant is above this share of its quota the rollup refreshes on the
+// quota cadence instead of its slow one.
+constexpr double kQuotaWatermark = 0.8;
+constexpr int64_t kQuotaRefreshMs = 30000;
+constexpr int kRollupMaxTenants = 1000;
+
+Task<void> Sweeper::sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t rows_left,
+                               bool &kv_work) {
+    const uint64_t now = uv_now(&loop_);
+    const std::string stage = std::string(step.rollup ? "on" : "shed") + "/" + (step.prune ? "on" : "shed");
+    if (stage != shed_state_logged_) {
+        log_.log(stage == "on/on" ? QUEEN_SWEEPER_LOG_INFO : QUEEN_SWEEPER_LOG_WARN,
+                 "shedding stage rollup/prune: " + shed_state_logged_ + " -> " + stage + " (pressure " +
+                     std::to_string(pressure_) + ")");
+        shed_state_logged_ = stage;
+    }
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        if (!rollup_off_) stats_.f.phase_rollup = step.rollup ? "on" : "shed";
+        if (!prune_off_) stats_.f.phase_prune = step.prune ? "on" : "shed";
+    }
+    // A shed or failed phase does not consume its gate: it runs as soon as it may.
+    if (!rollup_off_ && step.rollup && now >= next_rollup_mono_) {
+        if (co_await usage_rollup(shards)) {
+            const int64_t every =
+                last_quota_ratio_ > kQuotaWatermark ? std::min(kQuotaRefreshMs, cfg_.kv_usage_every_ms) : cfg_.kv_usage_every_ms;
+            next_rollup_mono_ = uv_now(&loop_) + static_cast<uint64_t>(every);
+        }
+    }
+    if (!prune_off_ && step.prune && now >= next_prune_mono_ && !stopping_.load()) {
+        if (co_await kv_prune(shards, std::max<int64_t>(rows_left, 1), kv_work))
+            next_prune_mono_ = uv_now(&loop_) + static_cast<uint64_t>(cfg_.kv_expire_every_ms);
+    }
+}
+
+void Sweeper::phase_off_config(const char *phase, const PgResult &r) {
+    log_.warn(std::string(phase) + " turned off for the life of this process (SQLSTATE " + r.sqlstate +
+              "): " + r.message +
+              ". Reads stay correct (kv_live_v1 hides expired rows) and the fire keeps running, but queen.kv "
+              "grows and, with vacuum_truncate off, never gives its pages back");
+    note_error(phase, r);
+}
+
+Task<bool> Sweeper::kv_prune(const std::vector<int16_t> &shards, int64_t row_budget, bool &kv_work) {
+    int64_t left = row_budget;
+    while (!stopping_.load()) {
+        const int64_t batch = std::max<int64_t>(std::min(cfg_.kv_expire_batch, left), 1);
+        Query q;
+        q.sql = "SELECT queen.kv_expire_step_v1($1::int2[], now(), $2::int)::text";
+        q.params = {text_param(shards_param(shards)), text_param(std::to_string(batch))};
+        q.timeout_ms = cfg_.stmt_timeout_ms;
+        PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+        if (!r.ok) {
+            if (classify_sqlstate(r.sqlstate) == ErrorClass::config) {
+                prune_off_ = true;
+                phase_off_config("KV prune", r);
+                std::lock_guard<std::mutex> g(stats_.mu);
+                stats_.f.phase_prune = "off_config";
+            } else {
+                note_error("KV prune", r);
+            }
+            co_return false;
+        }
+        nlohmann::json j = nlohmann::json::parse(r.get(0, 0), nullptr, false);
+        if (j.is_discarded()) co_return false;
+        const int64_t deleted = j.value("deleted", int64_t(0));
+        const bool done = j.value("done", true);
+        const int64_t unpruned = j.value("unpruned", int64_t(0));
+        {
+            std::lock_guard<std::mutex> g(stats_.mu);
+            auto &f = stats_.f;
+            ++f.kv_prune_calls_total;
+            f.kv_deleted_total += deleted;
+            // Computed on every pass, including those that delete nothing: an unpruned
+            // table is a failure that looks like health.
+            f.kv_expired_not_pruned = unpruned;
+            f.kv_expired_not_pruned_capped = j.value("unprunedCapped", false);
+            f.kv_expiry_lag_ms = j.value("lagMs", int64_t(0));
+        }
+        kv_work = kv_work || !done || unpruned > 0;
+        left -= deleted;
+        if (done || left <= 0 || deleted == 0) break;
+    }
+    co_return true;
+}
+
+Task<bool> Sweeper::usage_rollup(const std::vector<int16_t> &shards) {
+    Query q;
+    q.sql = "SELECT queen.kv_usage_step_v1($1::int2[], now(), $2::int)::text";
+    q.params = {text_param(shards_param(shards)), text_param(std::to_string(kRollupMaxTenants))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (!r.ok) {
+        if (classify_sqlstate(r.sqlstate) == ErrorClass::config) {
+            rollup_off_ = true;
+            phase_off_config("usage rollup", r);
+            std::lock_guard<std::mutex> g(stats_.mu);
+            stats_.f.phase_rollup = "off_config";
+        } else {
+            note_error("usage rollup", r);
+        }
+        co_return false;
+    }
+    nlohmann::json j = nlohmann::json::parse(r.get(0, 0), nullptr, false);
+    if (j.is_discarded()) co_return false;
+    last_quota_ratio_ = j.value("maxQuotaRatio", 0.0);
+    std::lock_guard<std::mutex> g(stats_.mu);
+    auto &f = stats_.f;
+    ++f.rollup_runs_total;
+    f.rollup_max_quota_ratio = last_quota_ratio_;
+    f.rollup_sampled = j.value("sampled", false);
+    f.rollup_tenants = j.contains("tenants") ? j["tenants"] : nlohmann::json::array();
+    co_return true;
+}
+
+}  // namespace qsw

@@ -1,0 +1,436 @@
+// Lifecycle, the wake, the sleep and the ephemeral backstop. The cycle itself
+// lives in cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp.
+#include "sweeper.hpp"
+
+#include <chrono>
+#include <cstring>
+
+#include "last_error.hpp"
+
+namespace qsw {
+
+int64_t wall_now_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+Sweeper::Sweeper(Config cfg) : cfg_(std::move(cfg)), rng_(std::random_device{}()) {
+    log_.set_level(cfg_.log_level_number());
+    start_shard_ = start_shard_for(cfg_.broker_id);
+    std::lock_guard<std::mutex> g(stats_.mu);
+    stats_.f.broker_id = cfg_.broker_id;
+    stats_.f.start_shard = start_shard_;
+    stats_.f.config = cfg_.to_json();
+}
+
+Sweeper::~Sweeper() { stop(5000); }
+
+int Sweeper::start_shard_for(const std::string &broker_id) {
+    // FNV-1a of the broker's identity: N brokers start at different heads of the
+    // index instead of all queueing on shard 0. Ownership is never implied.
+    uint32_t h = 2166136261u;
+    for (unsigned char c : broker_id) {
+        h ^= c;
+        h *= 16777619u;
+    }
+    return static_cast<int>(h % kShards);
+}
+
+std::vector<int16_t> Sweeper::shard_order(int start_shard, int64_t cycle) {
+    std::vector<int16_t> v(kShards);
+    const int64_t first = ((start_shard + cycle) % kShards + kShards) % kShards;
+    for (int i = 0; i < kShards; ++i) v[i] = static_cast<int16_t>((first + i) % kShards);
+    return v;
+}
+
+int Sweeper::set_log_callback(queen_sweeper_log_fn fn, void *user) {
+    std::lock_guard<std::mutex> g(life_mu_);
+    if (phase_ != Phase::created) {
+        set_last_error("queen_sweeper_set_log_callback: the sweeper has already been started");
+        return QUEEN_SWEEPER_ESTATE;
+    }
+    log_.set_callback(fn, user);
+    return QUEEN_SWEEPER_OK;
+}
+
+int Sweeper::set_fired_callback(queen_sweeper_fired_fn fn, void *user) {
+    std::lock_guard<std::mutex> g(life_mu_);
+    if (phase_ != Phase::created) {
+        set_last_error("queen_sweeper_set_fired_callback: the sweeper has already been started");
+        return QUEEN_SWEEPER_ESTATE;
+    }
+    fired_fn_ = fn;
+    fired_user_ = user;
+    return QUEEN_SWEEPER_OK;
+}
+
+int Sweeper::set_backstop(const queen_sweeper_backstop *p) {
+    std::lock_guard<std::mutex> g(life_mu_);
+    if (phase_ != Phase::created) {
+        set_last_error("queen_sweeper_set_backstop: the sweeper has already been started");
+        return QUEEN_SWEEPER_ESTATE;
+    }
+    if (!p) {
+        has_backstop_ = false;
+        backstop_ = {};
+        return QUEEN_SWEEPER_OK;
+    }
+    const size_t need = offsetof(queen_sweeper_backstop, attach_waker) + sizeof(p->attach_waker);
+    if (p->struct_size < offsetof(queen_sweeper_backstop, sweep) + sizeof(p->sweep)) {
+        set_last_error("queen_sweeper_set_backstop: provider->struct_size " + std::to_string(p->struct_size) +
+                       " is too small (expected " + std::to_string(sizeof(queen_sweeper_backstop)) + ")");
+        return QUEEN_SWEEPER_EINVAL;
+    }
+    if (!p->sweep) {
+        set_last_error("queen_sweeper_set_backstop: provider->sweep is NULL");
+        return QUEEN_SWEEPER_EINVAL;
+    }
+    backstop_ = {};
+    std::memcpy(&backstop_, p, std::min(p->struct_size, sizeof backstop_));
+    if (p->struct_size < need) backstop_.attach_waker = nullptr;
+    backstop_.struct_size = sizeof backstop_;
+    has_backstop_ = true;
+    return QUEEN_SWEEPER_OK;
+}
+
+int Sweeper::start() {
+    std::lock_guard<std::mutex> g(life_mu_);
+    if (phase_ != Phase::created) {
+        set_last_error(phase_ == Phase::running ? "queen_sweeper_start: already started"
+                                                : "queen_sweeper_start: a stopped sweeper cannot be restarted");
+        return QUEEN_SWEEPER_ESTATE;
+    }
+    if (!cfg_.sweeper) {
+        // The surfaces still exist: keys are not pruned and timers wait, nothing is lost.
+        log_.info("sweeper disabled by configuration (sweeper=false): timers will not fire and KV keys "
+                  "will not be pruned by this process; nothing is lost, they wait");
+        phase_ = Phase::disabled;
+        std::lock_guard<std::mutex> s(stats_.mu);
+        stats_.f.state = "disabled";
+        return QUEEN_SWEEPER_OK;
+    }
+    int rc = uv_loop_init(&loop_);
+    if (rc != 0) {
+        set_last_error(std::string("queen_sweeper_start: uv_loop_init failed: ") + uv_strerror(rc));
+        return QUEEN_SWEEPER_EINTERNAL;
+    }
+    // Every handle is initialised here, before the thread exists.
+    uv_async_init(&loop_, &wake_async_, [](uv_async_t *a) { static_cast<Sweeper *>(a->data)->on_wake_signal(); });
+    uv_async_init(&loop_, &stop_async_, [](uv_async_t *a) { static_cast<Sweeper *>(a->data)->on_stop_signal(); });
+    uv_async_init(&loop_, &backstop_async_, [](uv_async_t *a) {
+        auto *s = static_cast<Sweeper *>(a->data);
+        s->schedule_backstop(s->backstop_hint_.exchange(INT64_MAX));
+    });
+    wake_async_.data = stop_async_.data = backstop_async_.data = this;
+    uv_timer_init(&loop_, &sleep_timer_);
+    uv_timer_init(&loop_, &backstop_timer_);
+    sleep_timer_.data = backstop_timer_.data = this;
+    PoolOptions po;
+    po.conninfo = cfg_.conninfo;
+    po.pool_size = static_cast<int>(cfg_.pool_size);
+    po.lane_slots = {static_cast<int>(cfg_.lane_push_slots), static_cast<int>(cfg_.lane_pop_slots),
+                     static_cast<int>(cfg_.lane_ack_slots), static_cast<int>(cfg_.lane_maint_slots)};
+    po.connect_timeout_ms = cfg_.connect_timeout_ms;
+    po.stmt_timeout_ms = cfg_.stmt_timeout_ms;
+    pool_ = std::make_unique<Pool>(&loop_, po, log_);
+    {
+        std::lock_guard<std::mutex> s(stats_.mu);
+        stats_.f.state = "running";
+        stats_.f.phase_backstop = has_backstop_ ? "on" : "off";
+    }
+    log_.info("sweeper starting: " + cfg_.to_json().dump());
+    if (cfg_.sweeper_parallelism > cfg_.lane_maint_slots)
+        log_.warn("sweeper_parallelism " + std::to_string(cfg_.sweeper_parallelism) + " exceeds lane_maint_slots " +
+                  std::to_string(cfg_.lane_maint_slots) + ": fires beyond the slots wait for admission");
+    accepting_wakes_.store(true);
+    if (has_backstop_ && backstop_.attach_waker) backstop_.attach_waker(backstop_.ctx, &Sweeper::backstop_wake, this);
+    try {
+        thread_ = std::thread([this] { thread_main(); });
+    } catch (const std::exception &e) {
+        accepting_wakes_.store(false);
+        set_last_error(std::string("queen_sweeper_start: cannot create the loop thread: ") + e.what());
+        return QUEEN_SWEEPER_EINTERNAL;
+    }
+    phase_ = Phase::running;
+    return QUEEN_SWEEPER_OK;
+}
+
+void Sweeper::thread_main() {
+    pool_->start();
+    if (has_backstop_) {
+        backstop_last_run_unix_ms_ = wall_now_ms();
+        uv_timer_start(&backstop_timer_, [](uv_timer_t *t) { static_cast<Sweeper *>(t->data)->run_backstop(); },
+                       1000, 0);
+    }
+    spawn(run(), [this](std::exception_ptr e) { on_run_done(e); });
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    // Anything a bug left open is closed here, and counted against a clean teardown.
+    int stray = 0;
+    uv_walk(
+        &loop_,
+        [](uv_handle_t *h, void *arg) {
+            if (!uv_is_closing(h)) {
+                ++*static_cast<int *>(arg);
+                uv_close(h, nullptr);
+            }
+        },
+        &stray);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    int rc = uv_loop_close(&loop_);
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.loop_close_rc = rc;
+        stats_.f.teardown_clean = rc == 0 && stray == 0;
+    }
+    if (rc != 0 || stray != 0)
+        log_.error("loop teardown not clean: uv_loop_close=" + std::to_string(rc) +
+                   " stray handles=" + std::to_string(stray));
+}
+
+void Sweeper::on_run_done(std::exception_ptr err) {
+    if (err) {
+        try {
+            std::rethrow_exception(err);
+        } catch (const std::exception &e) {
+            log_.error(std::string("sweeper loop ended by an internal error: ") + e.what());
+        } catch (...) {
+            log_.error("sweeper loop ended by an unknown internal error");
+        }
+    }
+    {
+        std::lock_guard<std::mutex> g(done_mu_);
+        graceful_done_ = true;
+    }
+    done_cv_.notify_all();
+    teardown();
+}
+
+void Sweeper::teardown() {
+    if (has_backstop_ && backstop_.attach_waker) backstop_.attach_waker(backstop_.ctx, nullptr, nullptr);
+    publish_pool();
+    pool_->shutdown("sweeper stopped");
+    pool_->drain_posted();
+    pool_->close_handles();
+    // No waker may be inside uv_async_send when the handle closes.
+    accepting_wakes_.store(false);
+    while (wakers_in_flight_.load() != 0) std::this_thread::yield();
+    auto close = [](auto *h) {
+        if (!uv_is_closing(reinterpret_cast<uv_handle_t *>(h))) uv_close(reinterpret_cast<uv_handle_t *>(h), nullptr);
+    };
+    uv_timer_stop(&sleep_timer_);
+    uv_timer_stop(&backstop_timer_);
+    close(&wake_async_);
+    close(&stop_async_);
+    close(&backstop_async_);
+    close(&sleep_timer_);
+    close(&backstop_timer_);
+}
+
+int Sweeper::stop(uint32_t timeout_ms) {
+    std::lock_guard<std::mutex> g(life_mu_);
+    if (phase_ != Phase::running) {
+        if (phase_ == Phase::created) phase_ = Phase::stopped;
+        return QUEEN_SWEEPER_OK;
+    }
+    {
+        std::lock_guard<std::mutex> s(stats_.mu);
+        stats_.f.state = "stopping";
+    }
+    stopping_.store(true);
+    uv_async_send(&stop_async_);
+    int rc = QUEEN_SWEEPER_OK;
+    {
+        std::unique_lock<std::mutex> lk(done_mu_);
+        if (!done_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), [this] { return graceful_done_; })) {
+            lk.unlock();
+            // Past the timeout: cancel what is in flight and leave the claims to their lease.
+            hard_stop_.store(true);
+            uv_async_send(&stop_async_);
+            rc = QUEEN_SWEEPER_ETIMEDOUT;
+            set_last_error("queen_sweeper_stop: the graceful stop did not finish within " +
+                           std::to_string(timeout_ms) + " ms; in-flight calls were cancelled");
+        }
+    }
+    if (thread_.joinable()) thread_.join();
+    phase_ = Phase::stopped;
+    {
+        std::lock_guard<std::mutex> s(stats_.mu);
+        stats_.f.state = "stopped";
+    }
+    log_.info(rc == 0 ? "sweeper stopped" : "sweeper stopped after its timeout");
+    return rc;
+}
+
+void Sweeper::wake(int64_t at) noexcept {
+    stats_.wakes_total.fetch_add(1, std::memory_order_relaxed);
+    int64_t cur = wake_hint_.load(std::memory_order_acquire);
+    // Only an instant earlier than the one already promised rings the loop.
+    while (at < cur) {
+        if (wake_hint_.compare_exchange_weak(cur, at, std::memory_order_acq_rel)) {
+            wakers_in_flight_.fetch_add(1);
+            if (accepting_wakes_.load()) {
+                uv_async_send(&wake_async_);
+                stats_.wake_signals_total.fetch_add(1, std::memory_order_relaxed);
+            }
+            wakers_in_flight_.fetch_sub(1);
+            return;
+        }
+    }
+}
+
+void Sweeper::backstop_wake(void *ctx, int64_t at) {
+    auto *s = static_cast<Sweeper *>(ctx);
+    s->stats_.backstop_wakes_total.fetch_add(1, std::memory_order_relaxed);
+    int64_t cur = s->backstop_hint_.load();
+    while (at < cur) {
+        if (s->backstop_hint_.compare_exchange_weak(cur, at)) {
+            s->wakers_in_flight_.fetch_add(1);
+            if (s->accepting_wakes_.load()) uv_async_send(&s->backstop_async_);
+            s->wakers_in_flight_.fetch_sub(1);
+            return;
+        }
+    }
+}
+
+void Sweeper::on_wake_signal() {
+    if (!sleeper_) return;  // mid-cycle: the sleep that follows reads the hint itself
+    const int64_t hint = wake_hint_.load();
+    if (hint >= sleep_deadline_unix_ms_) return;  // the loop already looks by then
+    const int64_t in = std::max<int64_t>(hint - wall_now_ms(), 0);
+    woken_ = true;
+    sleep_deadline_unix_ms_ = hint;
+    uv_timer_start(&sleep_timer_, [](uv_timer_t *t) {
+        auto *s = static_cast<Sweeper *>(t->data);
+        auto h = std::exchange(s->sleeper_, nullptr);
+        if (h) h.resume();
+    }, static_cast<uint64_t>(in), 0);
+}
+
+void Sweeper::on_stop_signal() {
+    if (hard_stop_.load()) pool_->shutdown("sweeper stop timed out");
+    if (sleeper_) {
+        uv_timer_stop(&sleep_timer_);
+        auto h = std::exchange(sleeper_, nullptr);
+        h.resume();
+    }
+}
+
+struct SleepAwaiter {
+    Sweeper *s;
+    std::coroutine_handle<> *slot;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) noexcept { *slot = h; }
+    void await_resume() const noexcept {}
+};
+
+Task<void> Sweeper::sleep_for(int64_t ms) {
+    if (stopping_.load()) co_return;
+    // A wake that arrived while the cycle ran already lowered the hint.
+    int64_t deadline = wall_now_ms() + ms;
+    const int64_t hint = wake_hint_.load();
+    if (hint < deadline) {
+        woken_ = true;
+        deadline = std::max(hint, wall_now_ms());
+    }
+    sleep_deadline_unix_ms_ = deadline;
+    uv_timer_start(&sleep_timer_, [](uv_timer_t *t) {
+        auto *s = static_cast<Sweeper *>(t->data);
+        auto h = std::exchange(s->sleeper_, nullptr);
+        if (h) h.resume();
+    }, static_cast<uint64_t>(std::max<int64_t>(deadline - wall_now_ms(), 0)), 0);
+    co_await SleepAwaiter{this, &sleeper_};
+    sleep_deadline_unix_ms_ = 0;
+}
+
+CallbackAwaiter<int> Sweeper::join_all(std::vector<Task<void>> tasks) {
+    auto shared = std::make_shared<std::vector<Task<void>>>(std::move(tasks));
+    return CallbackAwaiter<int>{[this, shared](std::function<void(int)> done) {
+                                    auto left = std::make_shared<size_t>(shared->size());
+                                    if (*left == 0) {
+                                        done(0);
+                                        return;
+                                    }
+                                    for (auto &t : *shared) {
+                                        spawn(std::move(t), [this, left, done](std::exception_ptr e) {
+                                            if (e) {
+                                                try {
+                                                    std::rethrow_exception(e);
+                                                } catch (const std::exception &x) {
+                                                    log_.error(std::string("fire worker failed: ") + x.what());
+                                                } catch (...) {
+                                                }
+                                            }
+                                            if (--*left == 0) done(0);
+                                        });
+                                    }
+                                },
+                                {}, {}, false};
+}
+
+// The ephemeral backstop: no connection, no slot, no lock outside the engine.
+// It runs on its own timer so a slow or absent database never delays it.
+void Sweeper::run_backstop() {
+    if (!has_backstop_ || stopping_.load()) return;
+    const int64_t now = wall_now_ms();
+    backstop_last_run_unix_ms_ = now;
+    queen_sweeper_backstop_result r{};
+    r.struct_size = sizeof r;
+    r.next_expiry_unix_ms = -1;
+    int rc = QUEEN_SWEEPER_EINTERNAL;
+    try {
+        rc = backstop_.sweep(backstop_.ctx, now, &r);
+    } catch (...) {
+        rc = QUEEN_SWEEPER_EINTERNAL;
+    }
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &f = stats_.f;
+        ++f.backstop_runs_total;
+        if (rc != 0) {
+            ++f.backstop_failures_total;
+        } else {
+            f.backstop_redelivered_total += static_cast<int64_t>(r.redelivered);
+            f.backstop_exhausted_total += static_cast<int64_t>(r.exhausted);
+            f.backstop_ttl_dropped_total += static_cast<int64_t>(r.ttl_dropped);
+            f.backstop_queues_collected_total += static_cast<int64_t>(r.queues_collected);
+            f.backstop_next_expiry_unix_ms = r.next_expiry_unix_ms;
+        }
+    }
+    if (rc != 0) log_.warn("ephemeral backstop sweep failed with status " + std::to_string(rc));
+    // The next pass: in one second, or at the engine's next lease or ttl instant if
+    // that is later than one second from now it changes nothing; never sooner.
+    schedule_backstop(rc == 0 && r.next_expiry_unix_ms >= 0 ? r.next_expiry_unix_ms : INT64_MAX);
+}
+
+void Sweeper::schedule_backstop(int64_t at) {
+    if (!has_backstop_ || stopping_.load()) return;
+    // At most once a second, a constant: an engine hint (a lease or ttl instant it
+    // just armed) can bring the pass forward to that instant, never closer than
+    // one second after the previous pass.
+    const int64_t now = wall_now_ms();
+    const int64_t floor_at = backstop_last_run_unix_ms_ + 1000;
+    const int64_t next = at == INT64_MAX ? floor_at : std::max(floor_at, std::min(at, floor_at));
+    if (uv_is_active(reinterpret_cast<uv_handle_t *>(&backstop_timer_)) &&
+        now + static_cast<int64_t>(uv_timer_get_due_in(&backstop_timer_)) <= next)
+        return;
+    uv_timer_start(&backstop_timer_, [](uv_timer_t *t) { static_cast<Sweeper *>(t->data)->run_backstop(); },
+                   static_cast<uint64_t>(std::max<int64_t>(next - now, 0)), 0);
+}
+
+void Sweeper::publish_pool() {
+    if (!pool_) return;
+    PoolFigures p = pool_->figures();
+    std::lock_guard<std::mutex> g(stats_.mu);
+    stats_.f.pool = std::move(p);
+}
+
+void Sweeper::note_error(const std::string &phase, const PgResult &r) {
+    std::string msg = phase + " failed";
+    if (!r.sqlstate.empty()) msg += " (SQLSTATE " + r.sqlstate + ")";
+    msg += ": " + r.message;
+    std::lock_guard<std::mutex> g(stats_.mu);
+    stats_.f.last_error = msg;
+    ++stats_.f.cycle_errors_total;
+}
+
+}  // namespace qsw

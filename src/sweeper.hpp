@@ -1,0 +1,154 @@
+// The sweeper: one libuv loop on a thread of its own, an internal pool of async
+// libpq connections, and the cycle of the design document (probe, drain,
+// sub-clocks, sleep). Public entry points are called from host threads; every
+// other member runs on the loop thread.
+#pragma once
+#include <uv.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "config.hpp"
+#include "ladder.hpp"
+#include "log.hpp"
+#include "packer.hpp"
+#include "pool.hpp"
+#include "queen_sweeper.h"
+#include "sleep.hpp"
+#include "stats.hpp"
+#include "task.hpp"
+
+namespace qsw {
+
+constexpr int kShards = 64;  // fixed forever: there is no shard-count knob
+
+class Sweeper {
+public:
+    explicit Sweeper(Config cfg);
+    ~Sweeper();
+
+    int set_log_callback(queen_sweeper_log_fn fn, void *user);
+    int set_fired_callback(queen_sweeper_fired_fn fn, void *user);
+    int set_backstop(const queen_sweeper_backstop *p);
+    int start();
+    int stop(uint32_t timeout_ms);
+    void wake(int64_t deliver_at_unix_ms) noexcept;
+    Stats &stats() { return stats_; }
+
+    // Test seam: the shard order a cycle visits (pure: broker identity + cycle number).
+    static std::vector<int16_t> shard_order(int start_shard, int64_t cycle);
+    static int start_shard_for(const std::string &broker_id);
+
+private:
+    enum class Phase { created, running, stopped, disabled };
+
+    // Loop-thread parts.
+    void thread_main();
+    void on_run_done(std::exception_ptr err);
+    void teardown();
+    Task<void> run();
+    Task<bool> apply_schema();
+    Task<int64_t> cycle();  // returns the sleep that follows
+    struct ProbeResult {
+        bool ok = false;
+        bool empty = true;
+        int64_t next_in_ms = 0;
+        int64_t due = 0;
+        bool fire_enabled = true;
+    };
+    Task<ProbeResult> probe(const std::vector<int16_t> &shards);
+    struct DrainResult {
+        int64_t moved = 0;     // rows that left the table (fired, duplicate) or failed over
+        int64_t claimed = 0;
+        bool empty_claim = false;
+        bool capped = false;
+        bool failed = false;
+    };
+    Task<DrainResult> drain(std::vector<int16_t> shards, int64_t row_budget);
+    Task<void> drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
+                            uint64_t deadline_mono_ms);
+    Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating);
+    Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
+                         const std::string &cls);
+    Task<void> release_held();
+    Task<bool> kv_prune(const std::vector<int16_t> &shards, int64_t row_budget, bool &kv_work);
+    void phase_off_config(const char *phase, const PgResult &r);
+    Task<bool> usage_rollup(const std::vector<int16_t> &shards);
+    Task<void> sleep_for(int64_t ms);
+    CallbackAwaiter<int> join_all(std::vector<Task<void>> tasks);
+    void run_backstop();
+    void schedule_backstop(int64_t at_unix_ms);
+    void on_wake_signal();
+    void on_stop_signal();
+    void publish_pool();
+    void note_error(const std::string &phase, const PgResult &r);
+    void cycle_failed(const std::string &phase, const PgResult &r);
+    Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t rows_left,
+                          bool &kv_work);
+    static void backstop_wake(void *ctx, int64_t at_unix_ms);
+
+    Config cfg_;
+    Logger log_;
+    Stats stats_;
+    queen_sweeper_fired_fn fired_fn_ = nullptr;
+    void *fired_user_ = nullptr;
+    bool has_backstop_ = false;
+    queen_sweeper_backstop backstop_{};
+
+    std::mutex life_mu_;  // serialises start/stop
+    Phase phase_ = Phase::created;
+    std::thread thread_;
+    uv_loop_t loop_{};
+    uv_async_t wake_async_{};
+    uv_async_t stop_async_{};
+    uv_async_t backstop_async_{};
+    uv_timer_t sleep_timer_{};
+    uv_timer_t backstop_timer_{};
+    std::unique_ptr<Pool> pool_;
+
+    // The wake: the nearest locally committed instant since the last re-arm.
+    std::atomic<int64_t> wake_hint_{INT64_MAX};
+    std::atomic<int64_t> backstop_hint_{INT64_MAX};
+    std::atomic<bool> accepting_wakes_{false};
+    std::atomic<int> wakers_in_flight_{0};
+
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> hard_stop_{false};
+    std::mutex done_mu_;
+    std::condition_variable done_cv_;
+    bool graceful_done_ = false;
+
+    // Loop-thread state.
+    std::coroutine_handle<> sleeper_;
+    int64_t sleep_deadline_unix_ms_ = 0;
+    bool woken_ = false;
+    int start_shard_ = 0;
+    int64_t cycle_no_ = 0;
+    int64_t idle_cycles_ = 0;
+    int64_t pressure_ = 0;
+    bool prune_off_ = false, rollup_off_ = false;  // class 42: off for the life of the process
+    bool prune_shed_logged_ = false, rollup_shed_logged_ = false;
+    uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
+    double last_quota_ratio_ = 0;
+    int64_t backstop_last_run_unix_ms_ = 0;
+    bool fire_paused_logged_ = false;
+    int64_t error_backoff_ms_ = 0;
+    std::string last_logged_error_;
+    std::string shed_state_logged_ = "on/on";
+    std::minstd_rand rng_;
+    // Claims this sweeper holds: (tenant, queue, key) -> token. Released at a graceful stop.
+    std::map<std::tuple<std::string, std::string, std::string>, std::string> held_;
+};
+
+int64_t wall_now_ms();
+
+}  // namespace qsw

@@ -1,0 +1,95 @@
+// Both ends of every band of the sleep, asserted rather than sampled.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "sleep.hpp"
+
+using namespace qsw;
+
+namespace {
+SleepBands defaults() { return SleepBands{}; }
+int64_t sleep_of(CycleOutcome o, int64_t next = 0, int64_t idle = 0, double jitter = 0, int64_t pressure = 0,
+                 SleepBands b = defaults()) {
+    return compute_sleep_ms(b, SleepInput{o, next, idle, jitter, pressure});
+}
+}  // namespace
+
+TEST(Sleep, WorkDueClampsToTheFloorAndTheCeiling) {
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 0), 5);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, -50), 5);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 5), 5);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 6), 6);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 999), 999);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 1000), 1000);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 1001), 1000);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, std::numeric_limits<int64_t>::max()), 1000);
+}
+
+TEST(Sleep, DrainThatMovedRowsGoesAgainAtTheFloor) {
+    EXPECT_EQ(sleep_of(CycleOutcome::drained, 800), 5);
+}
+
+TEST(Sleep, PressureDoublesTheSleepUpToTheCeiling) {
+    EXPECT_EQ(sleep_of(CycleOutcome::drained, 0, 0, 0, 1), 10);
+    EXPECT_EQ(sleep_of(CycleOutcome::drained, 0, 0, 0, 3), 40);
+    EXPECT_EQ(sleep_of(CycleOutcome::drained, 0, 0, 0, 100), 1000);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 600, 0, 0, 1), 1000);
+}
+
+TEST(Sleep, EmptyClaimLandsInTheJitteredBandNotOnTheFloor) {
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 0.0), 25);
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 1.0), 200);
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 0.5), 112);
+}
+
+TEST(Sleep, NanAndOutOfRangeJitterFallToTheLowEnd) {
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, std::nan("")), 25);
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, -0.1), 25);
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 1.0001), 25);
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, std::numeric_limits<double>::infinity()), 25);
+}
+
+TEST(Sleep, EmptyClaimNeverExceedsTheMaxSleep) {
+    SleepBands b;
+    b.max_sleep_ms = 100;
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 1.0, 0, b), 100);
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 0.0, 0, b), 25);
+}
+
+TEST(Sleep, IdleHoldsTheMaxSleepThenDoublesAndSaturates) {
+    for (int64_t i = 1; i <= 5; ++i) EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, i), 1000) << i;
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 6), 2000);
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 7), 4000);
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 9), 16000);
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 10), 30000);
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 1000000), 30000);
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, std::numeric_limits<int64_t>::max()), 30000);
+}
+
+TEST(Sleep, InvertedKnobsLetTheFloorWin) {
+    SleepBands b;
+    b.min_sleep_ms = 2000;
+    b.max_sleep_ms = 1000;
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 0, 0, 0, 0, b), 2000);
+    EXPECT_EQ(sleep_of(CycleOutcome::work_due, 50000, 0, 0, 0, b), 2000);
+    EXPECT_EQ(sleep_of(CycleOutcome::drained, 0, 0, 0, 0, b), 2000);
+    b.empty_claim_min_ms = 300;
+    b.empty_claim_max_ms = 100;  // inverted band: its low end wins
+    EXPECT_EQ(sleep_of(CycleOutcome::empty_claim, 0, 0, 1.0, 0, b), 300);
+}
+
+TEST(Sleep, ZeroKnobsNeverBusyWait) {
+    SleepBands b{0, 0, 0, 0, 0, 0};
+    for (auto o : {CycleOutcome::work_due, CycleOutcome::drained, CycleOutcome::empty_claim, CycleOutcome::idle}) {
+        EXPECT_EQ(sleep_of(o, 0, 0, 0.0, 0, b), 1);
+        EXPECT_EQ(sleep_of(o, 0, 50, 1.0, 5, b), 1);
+    }
+}
+
+TEST(Sleep, IdleMaxBelowTheCeilingIsRaisedToIt) {
+    SleepBands b;
+    b.idle_max_sleep_ms = 10;
+    EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 100, 0, 0, b), 1000);
+}
