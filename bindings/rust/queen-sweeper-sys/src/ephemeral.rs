@@ -90,7 +90,7 @@ pub struct queen_ephemeral_sweep_result {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct queen_ephemeral_queue_info {
+pub struct queen_ephemeral_queue_state {
     pub struct_size: usize,
     pub declared: i32,
     pub partitions: u32,
@@ -158,7 +158,7 @@ extern "C" {
     pub fn queen_ephemeral_queue_info(
         e: *mut queen_ephemeral,
         queue: *const c_char,
-        out: *mut queen_ephemeral_queue_info,
+        out: *mut queen_ephemeral_queue_state,
     ) -> c_int;
     pub fn queen_ephemeral_message_free(msg: *mut queen_ephemeral_message);
     pub fn queen_ephemeral_backstop(e: *mut queen_ephemeral, out_provider: *mut c_void, out_size: usize) -> c_int;

@@ -149,7 +149,7 @@ pub struct Message {
 /// What one sweep did.
 pub type SweepResult = e::queen_ephemeral_sweep_result;
 /// A queue's shape.
-pub type QueueInfo = e::queen_ephemeral_queue_info;
+pub type QueueInfo = e::queen_ephemeral_queue_state;
 
 /// One engine. Dropping it destroys it and every message it holds.
 pub struct Ephemeral {
