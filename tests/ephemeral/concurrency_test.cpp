@@ -149,6 +149,8 @@ TEST(EphemeralConcurrency, ManyThreadsNoLossNoDuplicates) {
     EXPECT_EQ(stat(e, "pushed_total"), total);
     EXPECT_EQ(acked, 2 * total);
     EXPECT_EQ(popped, acked + retried + redelivered);
+    EXPECT_GT(retried, 0u) << "the retry path was exercised";
+    EXPECT_GT(redelivered, 0u) << "the lapse path was exercised";
     EXPECT_EQ(stat(e, "exhausted_total"), 0u);
     EXPECT_EQ(stat(e, "messages"), 0u) << "both groups consumed everything: all trimmed";
     EXPECT_EQ(stat(e, "bytes"), 0u);

@@ -84,12 +84,20 @@ inline int ack(queen_ephemeral *e, const char *queue, const char *partition, con
 }
 
 inline std::string stats(queen_ephemeral *e) {
-    const int64_t n = queen_ephemeral_stats(e, nullptr, 0);
-    EXPECT_GE(n, 0);
-    std::string s(static_cast<size_t>(n) + 1, '\0');
-    EXPECT_EQ(queen_ephemeral_stats(e, s.data(), s.size()), n);
-    s.resize(static_cast<size_t>(n));
-    return s;
+    // The figures can grow between two calls while other threads run: retry
+    // with the length the last call asked for until the text fits.
+    std::string s(64, '\0');
+    for (;;) {
+        const int64_t n = queen_ephemeral_stats(e, s.data(), s.size());
+        EXPECT_GE(n, 0) << queen_ephemeral_last_error();
+        if (n < 0) return {};
+        if (static_cast<size_t>(n) < s.size()) {
+            EXPECT_EQ(s[static_cast<size_t>(n)], '\0');
+            s.resize(static_cast<size_t>(n));
+            return s;
+        }
+        s.assign(static_cast<size_t>(n) + 1, '\0');
+    }
 }
 
 // One numeric field of the stats JSON; fails the test when it is absent.
