@@ -321,6 +321,12 @@ AS $fn$
       LEFT JOIN queen.log_txns t ON t.partition_id = s.partition_id AND t.base_offset = s.base_offset
      WHERE q.tenant_id = p_tenant AND q.name = p_queue
        AND s.end_offset >= coalesce(p_from_offset, 0)
+       -- Start the primary-key range at the segment holding from_offset, not at offset 0.
+       AND s.base_offset >= coalesce((SELECT max(s2.base_offset)
+                                        FROM queen.log_segments s2
+                                       WHERE s2.partition_id = p.id
+                                         AND s2.base_offset <= coalesce(p_from_offset, 0)),
+                                     coalesce(p_from_offset, 0))
      ORDER BY s.base_offset
      LIMIT CASE WHEN p_max_segments IS NULL OR p_max_segments < 1 THEN NULL ELSE p_max_segments END
 $fn$;
