@@ -131,8 +131,12 @@ def unique(prefix):
 
 
 def assert_clean_teardown(sw):
-    """Every test that starts a sweeper ends here: stop succeeds, close is final."""
+    """Every test that starts a sweeper ends here: stop succeeds, the loop closed
+    cleanly (uv_loop_close returned 0), close is final."""
     sw.stop(timeout_ms=10000)
+    stats = sw.stats()
+    assert stats["state"] == "stopped", stats["state"]
+    assert stats["teardown_clean"] is True, stats
     sw.stop(timeout_ms=10000)  # idempotent
     sw.close()
     assert sw.closed

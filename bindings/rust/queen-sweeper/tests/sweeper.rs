@@ -31,12 +31,38 @@ fn config() -> Config {
         .int("sweeper_max_sleep_ms", 200)
 }
 
-/// The contract's stats keys, found in the JSON text without a parser.
+/// A top-level number of the stats JSON.
 fn number_of(stats: &str, key: &str) -> Option<i64> {
-    let at = stats.find(&format!("\"{key}\""))? + key.len() + 2;
-    let rest = stats[at..].trim_start().strip_prefix(':')?.trim_start();
-    let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(rest.len());
-    rest[..end].parse().ok()
+    field_of(stats, key)?.parse().ok()
+}
+
+/// The raw text of a top-level scalar of the stats JSON, found without a
+/// parser: nested objects (the backstop block has its own wakes_total) are skipped.
+fn field_of<'a>(stats: &'a str, key: &str) -> Option<&'a str> {
+    let bytes = stats.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                let rest = stats[i + 1..].trim_start();
+                if depth == 1 && &stats[start..i] == key && rest.starts_with(':') {
+                    let rest = rest[1..].trim_start();
+                    let end = rest.find([',', '}', ' ', '\n']).unwrap_or(rest.len());
+                    return Some(&rest[..end]);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -47,9 +73,13 @@ fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Every test that starts a sweeper ends here: stop succeeds twice, drop destroys.
+/// Every test that starts a sweeper ends here: stop succeeds twice, the loop
+/// closed cleanly (uv_loop_close returned 0), drop destroys.
 fn clean_teardown(mut sw: Sweeper) {
     sw.stop(Duration::from_secs(10)).expect("stop");
+    let stats = sw.stats().expect("stats after stop");
+    assert_eq!(field_of(&stats, "state"), Some("\"stopped\""), "{stats}");
+    assert_eq!(field_of(&stats, "teardown_clean"), Some("true"), "{stats}");
     sw.stop(Duration::from_secs(10)).expect("stop is idempotent");
     drop(sw);
 }
