@@ -164,7 +164,7 @@ Ring &Engine::ring_for(Queue &q, std::string_view partition) {
     auto it = q.rings.find(partition);
     if (it != q.rings.end()) return it->second;
     Ring &r = q.rings.emplace(std::string(partition), Ring{}).first->second;
-    for (const auto &[group, unused] : q.groups) r.cursors.emplace(group, Cursor{});
+    for (const auto &group : q.groups) r.cursors.emplace(group, Cursor{});
     return r;
 }
 
@@ -307,7 +307,7 @@ Error Engine::pop(std::string_view queue, std::string_view partition, std::strin
                                                        quoted(group) + " cannot be created");
             }
             const std::string g(group);
-            q->groups.emplace(g, 0);
+            q->groups.emplace(g);
             // A new group starts at each ring's oldest held message.
             for (auto &[name, ring] : q->rings) {
                 Cursor c;

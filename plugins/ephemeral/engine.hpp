@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -47,7 +48,7 @@ struct Queue {
     bool declared = false;
     QueueSettings settings;
     std::map<std::string, Ring, std::less<>> rings;
-    std::map<std::string, int, std::less<>> groups; // the set of known groups
+    std::set<std::string, std::less<>> groups; // known consumer groups
     int64_t last_touch = 0;
     uint64_t bytes = 0;
     uint64_t messages = 0;

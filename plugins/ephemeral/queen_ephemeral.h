@@ -143,7 +143,9 @@ typedef struct queen_ephemeral_config {
     uint32_t lease_ms;            /**< default lease, > 0 (default 30000) */
     uint32_t max_retries;         /**< redeliveries allowed after the first delivery (default 3) */
     uint64_t ttl_ms;              /**< default message ttl; 0 none (default 0) */
-    uint64_t idle_gc_ms;          /**< implicit queue collected after this idle time; 0 never (default 300000) */
+    uint64_t idle_gc_ms;          /**< an implicit queue holding no message is collected after this long
+                                       without push, pop or ack; 0 never (default 300000). Messages are
+                                       retired by ttl and bounds, never by idleness. */
     uint64_t max_payload_bytes;   /**< largest single payload, > 0 (default 1 MiB) */
     uint32_t max_queues;          /**< queues alive at once; 0 unbounded (default 65536) */
     uint32_t max_groups;          /**< consumer groups per queue; 0 unbounded (default 1024) */
@@ -334,7 +336,7 @@ QUEEN_EPHEMERAL_API int queen_ephemeral_pop(queen_ephemeral *e, const char *queu
  * offset: the message's offset, or -1 to find it by lease_id.
  * lease_id: 0 to settle by offset alone (any open delivery of that offset);
  *   otherwise it must be the message's latest lease. A lease that lapsed is
- *   still honoured until the message is delivered again.
+ *   still honoured until the message is delivered again (or exhausted).
  * outcome: QUEEN_EPHEMERAL_ACK_COMPLETED (done for the group),
  *   QUEEN_EPHEMERAL_ACK_RETRY (visible again at once; spends an attempt, so
  *   past max_retries it is exhausted instead) or QUEEN_EPHEMERAL_ACK_FAILED

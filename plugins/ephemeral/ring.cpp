@@ -60,7 +60,6 @@ void Ring::trim(Tally &t) {
             if (c.floor() <= off) return;
         t.bytes_released += messages.front().len;
         t.messages_released += 1;
-        t.trimmed += 1;
         messages.pop_front();
     }
 }

@@ -39,7 +39,6 @@ struct Tally {
     uint64_t redelivered = 0;
     uint64_t exhausted = 0;
     uint64_t ttl_dropped = 0;
-    uint64_t trimmed = 0;
     uint64_t bytes_released = 0;
     uint64_t messages_released = 0;
 };
