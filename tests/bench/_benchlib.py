@@ -1,0 +1,167 @@
+"""Shared plumbing of the benchmark commands in tests/bench (fire, idle).
+
+Not a test module: nothing here asserts. It finds (or builds) the library, starts a
+throwaway PostgreSQL with tests/pg when QUEEN_TEST_CONNINFO is not set (and stops it at
+exit), applies the schema, and offers small helpers (RSS, percentiles, printing).
+"""
+
+from __future__ import annotations
+
+import atexit
+import glob
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TENANT = "00000000-0000-0000-0000-000000000001"
+
+
+def say(*parts) -> None:
+    print(*parts, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# The library
+# ---------------------------------------------------------------------------------------
+
+def ensure_library() -> str:
+    """The library path, in QUEEN_SWEEPER_LIBRARY for the binding and for subprocesses.
+
+    Taken as given when QUEEN_SWEEPER_LIBRARY is set; otherwise <root>/build, configured
+    and built there (RelWithDebInfo) when libqueen_sweeper.so is missing.
+    """
+    lib = os.environ.get("QUEEN_SWEEPER_LIBRARY")
+    if lib:
+        if not os.path.isfile(lib):
+            sys.exit(f"QUEEN_SWEEPER_LIBRARY={lib} does not exist")
+        return lib
+    build = os.path.join(ROOT, "build")
+    lib = os.path.join(build, "libqueen_sweeper.so")
+    if not os.path.isfile(lib):
+        say(f"# building the library into {build} (missing libqueen_sweeper.so)")
+        subprocess.run(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", build, "-j2", "--target", "queen_sweeper"], check=True,
+                       stdout=subprocess.DEVNULL)
+    os.environ["QUEEN_SWEEPER_LIBRARY"] = lib
+    return lib
+
+
+def import_binding():
+    path = os.path.join(ROOT, "bindings", "python")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    existing = os.environ.get("PYTHONPATH", "")
+    if path not in existing.split(os.pathsep):
+        os.environ["PYTHONPATH"] = path + (os.pathsep + existing if existing else "")
+    import queen_sweeper  # noqa: WPS433 - after the path is set
+    return queen_sweeper
+
+
+# ---------------------------------------------------------------------------------------
+# The database
+# ---------------------------------------------------------------------------------------
+
+def ensure_database() -> str:
+    """QUEEN_TEST_CONNINFO, or a throwaway cluster started now and stopped at exit."""
+    conninfo = os.environ.get("QUEEN_TEST_CONNINFO")
+    if conninfo:
+        return conninfo
+    pgdir = tempfile.mkdtemp(prefix="queen-bench.")
+    pg = os.path.join(ROOT, "tests", "pg")
+    out = subprocess.run([pg, "start", pgdir], check=True, capture_output=True, text=True).stdout
+    atexit.register(lambda: subprocess.run([pg, "stop", pgdir], check=False))
+    for line in out.splitlines():
+        line = line.strip()
+        if not line.startswith("export "):
+            continue
+        for assignment in shlex.split(line[len("export "):]):
+            name, _, value = assignment.partition("=")
+            os.environ[name] = value
+    say(f"# started a throwaway PostgreSQL in {pgdir} (stopped at exit)")
+    return os.environ["QUEEN_TEST_CONNINFO"]
+
+
+def connect(conninfo: str, autocommit: bool = True):
+    import psycopg2
+    conn = psycopg2.connect(conninfo)
+    conn.autocommit = autocommit
+    return conn
+
+
+def apply_schema(conn) -> None:
+    """What the plugin applies: sql/NNN_*.sql concatenated, one multi-statement execute."""
+    files = sorted(glob.glob(os.path.join(ROOT, "sql", "[0-9][0-9][0-9]_*.sql")))
+    text = "\n".join(open(f, encoding="utf-8").read() for f in files)
+    with conn.cursor() as cur:
+        cur.execute(text)
+
+
+def scalar(conn, sql: str, args=()):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        row = cur.fetchone()
+        return row[0] if row else None
+
+
+def execute(conn, sql: str, args=()) -> None:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+
+
+def server_version(conn) -> str:
+    return scalar(conn, "SHOW server_version")
+
+
+# ---------------------------------------------------------------------------------------
+# Small measures
+# ---------------------------------------------------------------------------------------
+
+def proc_status(pid="self") -> dict:
+    """VmRSS and VmHWM of a process, in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def percentile(values, p: float) -> float:
+    """Nearest-rank percentile (p in [0, 100]) of a non-empty sequence."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = max(0, min(len(ordered) - 1, int(round(p / 100.0 * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+def machine_facts() -> str:
+    cores = os.cpu_count()
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "?"
+    return f"{cores} cores ({model or 'unknown cpu'}), load average {load}"
+
+
+class Stopwatch:
+    def __init__(self):
+        self.t0 = time.monotonic()
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.t0
