@@ -102,14 +102,14 @@ class Queen:
     def __init__(self, conn):
         self.conn = conn
 
-    def q(self, sql, args=()):
+    def q(self, sql, args=None):
         with self.conn.cursor() as cur:
             cur.execute(sql, args)
             if cur.description is None:
                 return []
             return cur.fetchall()
 
-    def one(self, sql, args=()):
+    def one(self, sql, args=None):
         rows = self.q(sql, args)
         assert len(rows) == 1, rows
         return rows[0][0] if len(rows[0]) == 1 else rows[0]

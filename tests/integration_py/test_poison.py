@@ -1,0 +1,79 @@
+"""6. Poison isolation.
+
+One timer among 200 cannot be fired, ever: its partition does not exist yet and a trigger
+the test installs on queen.log_partitions refuses to create a partition named 'poison'
+(SQLSTATE P0001, a permanent failure). The fire of the batch that holds it fails as a
+whole; the sweeper replays it one timer per call, so the 199 others are delivered at once
+and only the poisoned one backs off. After sweeper_max_attempts (2) it sits in
+queen.log_dlq under consumer group '__timer__'."""
+
+import json
+import time
+
+from conftest import TENANT_A, assert_clean_stop, op_schedule, wait_for
+
+QUEUE = "poisoned"
+
+
+def _install_poison_trigger(q, partition_name):
+    q.q(f"""
+        CREATE OR REPLACE FUNCTION public.fire_test_refuse_partition() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.name = '{partition_name}' THEN
+                RAISE EXCEPTION 'fire test: partition % is poisoned', NEW.name;
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER fire_test_poison BEFORE INSERT ON queen.log_partitions
+            FOR EACH ROW EXECUTE FUNCTION public.fire_test_refuse_partition();
+    """)
+
+
+def test_one_poisoned_timer_does_not_hold_back_199_and_ends_in_the_dlq(q, sweepers):
+    _install_poison_trigger(q, "poison")
+    good = [op_schedule(QUEUE, f"good{i:03d}", f"good-{i}".encode(), partition=f"p{i % 10}")
+            for i in range(199)]
+    poison = op_schedule(QUEUE, "poison-key", json.dumps({"poison": True}).encode(),
+                         partition="poison", txn="txn-poison")
+    # The poisoned timer is the oldest, so it sits in the first claim with the others.
+    q.schedule([poison])
+    q.schedule(good)
+    h = sweepers("poison", sweeper_max_attempts=2, sweeper_backoff_min_ms=1500,
+                 sweeper_backoff_max_ms=3000, sweeper_claim_batch=200)
+    t0 = time.monotonic()
+    h.start()
+    wait_for(lambda: q.one("SELECT coalesce(sum(count), 0) FROM queen.log_segments") == 199,
+             10, 0.02, "the 199 good timers")
+    t_good = time.monotonic() - t0
+    # At that moment the poisoned timer is still waiting out its backoff, not in the DLQ.
+    row = q.peek(QUEUE, "poison-key")
+    assert row is not None and row["attempts"] == 1 and row["claimed"] is False, row
+    wait_for(lambda: q.one("SELECT count(*) FROM queen.log_dlq") == 1, 15, 0.05,
+             "the poisoned timer in the DLQ")
+    t_dlq = time.monotonic() - t0
+    wait_for(lambda: h.stats()["dlq_total"] == 1, 5, 0.02, "dlq_total")
+    st = h.stats()
+    assert_clean_stop(h)
+    print(f"\n[poison] 199 good fired after {t_good:.2f}s, poison in the DLQ after {t_dlq:.2f}s; "
+          f"fired {st['fired_total']} poisoned {st['poisoned_total']} dlq {st['dlq_total']} "
+          f"failures {st['fire_failures']}")
+
+    assert t_good < 5, t_good
+    assert st["fired_total"] == 199
+    assert st["poisoned_total"] >= 1
+    assert st["dlq_total"] == 1
+    assert st["fire_failures"]["permanent"] >= 2, st["fire_failures"]
+    assert q.timers_left() == 0
+    dlq = q.q("SELECT tenant_id::text, queue, partition, consumer_group, log_offset, payload,"
+              "       error, txn, timer_key, attempts FROM queen.log_dlq")
+    assert len(dlq) == 1
+    tenant, queue, part, group, offset, payload, error, txn, key, attempts = dlq[0]
+    assert (tenant, queue, part, group, offset) == (TENANT_A, QUEUE, "poison", "__timer__", -1)
+    assert (txn, key, attempts) == ("txn-poison", "poison-key", 2)
+    assert payload == {"poison": True}
+    assert "poisoned" in (error or ""), error
+    # The good ones are all there, once each; the poisoned one is not in any log.
+    txns = sorted(f.txn for *_x, f in q.delivered(TENANT_A, QUEUE))
+    assert txns == sorted(op["txn"] for op in good)
+    assert q.one("SELECT count(*) FROM queen.log_partitions WHERE name = 'poison'") == 0
