@@ -349,6 +349,7 @@ void PgConn::reset_handles() {
 void PgConn::broken(const std::string &why, bool cancel_on_server) {
     if (cancel_on_server && pg_) queue_server_cancel(loop_, pg_);
     const bool closing = state_ == State::closed;
+    const bool while_connecting = state_ == State::connecting || state_ == State::setup || state_ == State::down;
     reset_handles();
     if (!closing) state_ = State::down;
     auto cb = std::move(cb_);
@@ -359,7 +360,7 @@ void PgConn::broken(const std::string &why, bool cancel_on_server) {
         r.message = why;
         cb(std::move(r));
     }
-    if (!closing && state_ == State::down && hooks_.on_broken) hooks_.on_broken(*this, why);
+    if (!closing && state_ == State::down && hooks_.on_broken) hooks_.on_broken(*this, why, while_connecting);
 }
 
 void PgConn::close(const std::string &why) {

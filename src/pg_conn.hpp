@@ -50,7 +50,8 @@ public:
 
     struct Hooks {
         std::function<void(PgConn &)> on_ready;                        // became idle (after connect or a call)
-        std::function<void(PgConn &, const std::string &)> on_broken;  // connection lost or failed to connect
+        // connection lost (while_connecting false) or an attempt to connect failed (true)
+        std::function<void(PgConn &, const std::string &, bool while_connecting)> on_broken;
     };
 
     PgConn(uv_loop_t *loop, int id, std::string conninfo, int64_t connect_timeout_ms, int64_t stmt_timeout_ms,

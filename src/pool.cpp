@@ -27,7 +27,7 @@ void Pool::start() {
     for (int i = 0; i < opts_.pool_size; ++i) {
         PgConn::Hooks hooks;
         hooks.on_ready = [this](PgConn &c) { on_ready(c); };
-        hooks.on_broken = [this](PgConn &c, const std::string &why) { on_broken(c, why); };
+        hooks.on_broken = [this](PgConn &c, const std::string &why, bool connecting) { on_broken(c, why, connecting); };
         conns_.push_back(std::make_unique<PgConn>(loop_, i, opts_.conninfo, opts_.connect_timeout_ms,
                                                   opts_.stmt_timeout_ms, std::move(hooks)));
     }
@@ -165,33 +165,42 @@ void Pool::on_ready(PgConn &) {
     consecutive_failures_ = 0;
     if (!db_up_) {
         db_up_ = true;
+        if (down_logged_ || !ever_up_) log_.info("database connection up");
         ever_up_ = true;
-        log_.info("database connection up");
+        down_logged_ = false;
     }
     dispatch();
 }
 
-void Pool::on_broken(PgConn &c, const std::string &why) {
+void Pool::on_broken(PgConn &c, const std::string &why, bool while_connecting) {
     if (shut_) return;
     ++disconnects_total_;
-    ++consecutive_failures_;
     last_error_ = why;
     if (why.find("deadline") != std::string::npos) ++deadline_cancels_total_;
+    // A connection we closed (a deadline) or the server closed (pg_terminate_backend)
+    // is replaced at once; only a failed attempt to connect says the database is down.
+    if (while_connecting) ++consecutive_failures_;
     bool usable = false;
     for (auto &o : conns_) {
         auto s = o->state();
         if (s == PgConn::State::idle || s == PgConn::State::busy || s == PgConn::State::setup) usable = true;
     }
     if (!usable) {
-        if (db_up_ || !ever_up_) {
-            log_.warn("database unavailable (" + why + "); reconnecting with backoff");
-            ever_up_ = true;
-        }
         db_up_ = false;
-        fail_connection_waiters("database unavailable: " + why);
+        if (consecutive_failures_ > 0) {
+            if (!down_logged_) {
+                log_.warn("database unavailable (" + why + "); reconnecting with backoff");
+                down_logged_ = true;
+            }
+            fail_connection_waiters("database unavailable: " + why);
+        }
     }
-    // Exponential backoff with jitter: 50 ms after a single lost connection, up
-    // to 5 s while the server keeps refusing.
+    if (!while_connecting) {
+        c.connect_after(0);
+        return;
+    }
+    // Exponential backoff with jitter while the server keeps refusing: 50 ms after
+    // the first refusal, up to 5 s.
     static thread_local std::minstd_rand rng{std::random_device{}()};
     int shift = std::min(consecutive_failures_, 7);
     int64_t base = std::min<int64_t>(5000, int64_t(50) << shift);

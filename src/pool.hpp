@@ -74,7 +74,7 @@ private:
     void dispatch();
     void release_slot(Lane lane);
     void on_ready(PgConn &c);
-    void on_broken(PgConn &c, const std::string &why);
+    void on_broken(PgConn &c, const std::string &why, bool while_connecting);
     void fail_connection_waiters(const std::string &why);
     void post(std::function<void()> fn);
     void on_post(uv_async_t *a);
@@ -90,6 +90,7 @@ private:
     uv_idle_t *idle_ = nullptr;
     bool db_up_ = false;
     bool ever_up_ = false;
+    bool down_logged_ = false;
     bool shut_ = false;
     int consecutive_failures_ = 0;
     std::string last_error_;

@@ -85,7 +85,7 @@ struct Figures {
     int64_t sleep_ms = 0;
     int64_t idle_cycles = 0;
     int64_t wake_cut_sleeps_total = 0;  // sleeps a wake actually shortened
-    int loop_close_rc = 1;              // uv_loop_close's result after stop (0 = clean)
+    int loop_close_rc = -1;             // uv_loop_close result after stop (0 = clean; -1 before)
     bool teardown_clean = false;
     PoolFigures pool;
     nlohmann::json config = nlohmann::json::object();

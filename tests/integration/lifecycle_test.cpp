@@ -1,0 +1,230 @@
+// The sweeper's life through the C ABI, against the real database: stop while a
+// query is in flight (graceful and past the timeout), stop before start, double
+// stop, destroy without stop, wakes racing stop, a database that is down at
+// start, and one that stops and comes back while the sweeper runs. Every test
+// ends by proving a clean teardown.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "db.hpp"
+#include "queen_sweeper.h"
+
+using namespace std::chrono;
+
+namespace {
+
+nlohmann::json stats(queen_sweeper *sw) {
+    int64_t n = queen_sweeper_stats(sw, nullptr, 0);
+    std::string s(static_cast<size_t>(n) + 1, '\0');
+    queen_sweeper_stats(sw, s.data(), s.size());
+    s.resize(static_cast<size_t>(n));
+    return nlohmann::json::parse(s);
+}
+
+queen_sweeper *make(const std::string &extra = "", const std::string &ci = testdb::conninfo()) {
+    nlohmann::json cfg = {{"conninfo", ci}, {"read_env", false}, {"broker_id", "lifecycle"}};
+    if (!extra.empty()) cfg.update(nlohmann::json::parse(extra));
+    queen_sweeper *sw = nullptr;
+    EXPECT_EQ(queen_sweeper_create(cfg.dump().c_str(), &sw), 0) << queen_sweeper_last_error();
+    return sw;
+}
+
+template <class F> bool wait_for(F f, int ms) {
+    auto end = steady_clock::now() + milliseconds(ms);
+    while (steady_clock::now() < end) {
+        if (f()) return true;
+        std::this_thread::sleep_for(milliseconds(20));
+    }
+    return f();
+}
+
+void expect_clean_teardown(queen_sweeper *sw) {
+    auto s = stats(sw);
+    EXPECT_EQ(s["state"], "stopped");
+    EXPECT_EQ(s["loop_close_rc"], 0);
+    EXPECT_EQ(s["teardown_clean"], true);
+}
+
+}  // namespace
+
+class Lifecycle : public ::testing::Test {
+protected:
+    void SetUp() override { testdb::ensure_schema(); }
+};
+
+TEST_F(Lifecycle, StopBeforeStartDoubleStopAndDestroyWithoutStop) {
+    queen_sweeper *sw = make();
+    EXPECT_EQ(queen_sweeper_stop(sw, 100), 0);
+    EXPECT_EQ(queen_sweeper_stop(sw, 100), 0);
+    EXPECT_EQ(queen_sweeper_start(sw), QUEEN_SWEEPER_ESTATE);
+    queen_sweeper_destroy(&sw);
+    EXPECT_EQ(sw, nullptr);
+
+    sw = make();
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    ASSERT_TRUE(wait_for([&] { return stats(sw)["cycles_total"].get<int64_t>() >= 1; }, 10000));
+    EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
+    EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
+    expect_clean_teardown(sw);
+    queen_sweeper_destroy(&sw);
+
+    sw = make();
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    queen_sweeper_destroy(&sw);  // stops first
+    EXPECT_EQ(sw, nullptr);
+}
+
+TEST_F(Lifecycle, GracefulStopWaitsForTheQueryInFlight) {
+    testdb::Conn locker;
+    locker.exec("BEGIN");
+    locker.exec("LOCK TABLE queen.log_timers IN ACCESS EXCLUSIVE MODE");
+    queen_sweeper *sw = make();
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    testdb::Conn watch;
+    ASSERT_TRUE(wait_for([&] {
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper' "
+                           "AND wait_event_type = 'Lock'") > 0;
+    }, 10000)) << "the probe never blocked on the lock";
+    std::thread release([&] {
+        std::this_thread::sleep_for(milliseconds(500));
+        locker.exec("COMMIT");
+    });
+    auto t0 = steady_clock::now();
+    EXPECT_EQ(queen_sweeper_stop(sw, 10000), 0) << queen_sweeper_last_error();
+    auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    release.join();
+    EXPECT_GE(took, 300) << "stop did not wait for the query in flight";
+    EXPECT_LT(took, 10000);
+    expect_clean_teardown(sw);
+    queen_sweeper_destroy(&sw);
+}
+
+TEST_F(Lifecycle, StopPastItsTimeoutCancelsTheQueryInFlight) {
+    testdb::Conn locker;
+    locker.exec("BEGIN");
+    locker.exec("LOCK TABLE queen.log_timers IN ACCESS EXCLUSIVE MODE");
+    queen_sweeper *sw = make();
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    testdb::Conn watch;
+    ASSERT_TRUE(wait_for([&] {
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper' "
+                           "AND wait_event_type = 'Lock'") > 0;
+    }, 10000));
+    auto t0 = steady_clock::now();
+    EXPECT_EQ(queen_sweeper_stop(sw, 700), QUEEN_SWEEPER_ETIMEDOUT);
+    auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    EXPECT_LT(took, 700 + 3000) << "stop overran its timeout by far";
+    EXPECT_NE(std::string(queen_sweeper_last_error()).find("700 ms"), std::string::npos);
+    expect_clean_teardown(sw);
+    // The blocked query was cancelled on the server, not left waiting on the lock.
+    EXPECT_TRUE(wait_for([&] {
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper'") == 0;
+    }, 5000));
+    locker.exec("COMMIT");
+    queen_sweeper_destroy(&sw);
+}
+
+TEST_F(Lifecycle, WakesRacingStopFromSeveralThreads) {
+    for (int round = 0; round < 3; ++round) {
+        queen_sweeper *sw = make();
+        ASSERT_EQ(queen_sweeper_start(sw), 0);
+        std::atomic<bool> go{true};
+        std::vector<std::thread> ts;
+        for (int i = 0; i < 4; ++i)
+            ts.emplace_back([&, i] {
+                int64_t at = 4102444800000LL - i;
+                while (go.load()) queen_sweeper_wake(sw, at--);
+            });
+        std::this_thread::sleep_for(milliseconds(100 + 50 * round));
+        EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
+        std::this_thread::sleep_for(milliseconds(20));  // wakes on a stopped sweeper
+        go = false;
+        for (auto &t : ts) t.join();
+        auto s = stats(sw);
+        EXPECT_GT(s["wakes_total"].get<int64_t>(), 1000);
+        expect_clean_teardown(sw);
+        queen_sweeper_destroy(&sw);
+    }
+}
+
+TEST_F(Lifecycle, ADatabaseDownAtStartIsNotAStartFailure) {
+    queen_sweeper *sw = make("{\"connect_timeout_ms\": 1000}", "host=127.0.0.1 port=1 dbname=x user=x");
+    ASSERT_EQ(queen_sweeper_start(sw), 0) << queen_sweeper_last_error();
+    ASSERT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "down"; }, 10000)) << stats(sw).dump();
+    auto s = stats(sw);
+    EXPECT_FALSE(s["db_last_error"].get<std::string>().empty());
+    EXPECT_GE(s["cycle_errors_total"].get<int64_t>(), 1);
+    EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
+    expect_clean_teardown(sw);
+    queen_sweeper_destroy(&sw);
+}
+
+TEST_F(Lifecycle, DisabledStartsNothingAndSaysSo) {
+    std::vector<std::string> logs;
+    queen_sweeper *sw = make("{\"sweeper\": false}");
+    queen_sweeper_set_log_callback(
+        sw, [](void *u, int, const char *m) { static_cast<std::vector<std::string> *>(u)->push_back(m); }, &logs);
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    EXPECT_EQ(stats(sw)["state"], "disabled");
+    ASSERT_EQ(logs.size(), 1u);
+    EXPECT_NE(logs[0].find("sweeper=false"), std::string::npos);
+    EXPECT_EQ(queen_sweeper_stop(sw, 100), 0);
+    queen_sweeper_destroy(&sw);
+}
+
+TEST_F(Lifecycle, TheSweeperNeverTakesANonMaintSlot) {
+    queen_sweeper *sw = make("{\"sweeper_max_sleep_ms\": 50, \"sweeper_idle_max_sleep_ms\": 50}");
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    ASSERT_TRUE(wait_for([&] { return stats(sw)["cycles_total"].get<int64_t>() >= 5; }, 10000));
+    ASSERT_EQ(queen_sweeper_stop(sw, 5000), 0);
+    auto lanes = stats(sw)["pool"]["lanes"];
+    EXPECT_EQ(lanes["push"]["calls_total"], 0);
+    EXPECT_EQ(lanes["pop"]["calls_total"], 0);
+    EXPECT_EQ(lanes["ack"]["calls_total"], 0);
+    EXPECT_GE(lanes["maint"]["calls_total"].get<int64_t>(), 5);
+    expect_clean_teardown(sw);
+    queen_sweeper_destroy(&sw);
+}
+
+// A private cluster, so stopping it cannot disturb the other tests.
+TEST_F(Lifecycle, TheDatabaseStopsAndComesBackAndTheSweeperReconnectsByItself) {
+    char tmpl[] = "/tmp/queen-restart-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    const std::string env = testdb::run(testdb::pg_script() + " start " + dir);
+    auto p = env.find("QUEEN_TEST_CONNINFO='");
+    ASSERT_NE(p, std::string::npos);
+    const std::string ci = env.substr(p + 21, env.find('\'', p + 21) - (p + 21));
+    std::vector<std::string> logs;
+    queen_sweeper *sw = make("{\"apply_schema\": true, \"sweeper_max_sleep_ms\": 100, "
+                             "\"sweeper_idle_max_sleep_ms\": 100, \"sweeper_transient_backoff_ms\": 100}",
+                             ci);
+    queen_sweeper_set_log_callback(
+        sw, [](void *u, int, const char *m) { static_cast<std::vector<std::string> *>(u)->push_back(m); }, &logs);
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    ASSERT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "up" && stats(sw)["cycles_total"] >= 2; }, 20000));
+    const int64_t connects = stats(sw)["pool"]["connects_total"];
+    testdb::run(testdb::pg_script() + " halt " + dir);
+    EXPECT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "down"; }, 15000)) << stats(sw).dump();
+    const int64_t errors_while_down = stats(sw)["cycle_errors_total"];
+    EXPECT_GE(errors_while_down, 1);
+    testdb::run(testdb::pg_script() + " resume " + dir);
+    EXPECT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "up"; }, 20000)) << stats(sw).dump();
+    const int64_t cycles = stats(sw)["cycles_total"];
+    EXPECT_TRUE(wait_for([&] { return stats(sw)["cycles_total"].get<int64_t>() >= cycles + 3; }, 10000));
+    EXPECT_GT(stats(sw)["pool"]["connects_total"].get<int64_t>(), connects);
+    EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
+    expect_clean_teardown(sw);
+    queen_sweeper_destroy(&sw);
+    testdb::run(testdb::pg_script() + " stop " + dir);
+    bool said_down = false, said_up = false;
+    for (auto &l : logs) {
+        said_down = said_down || l.find("database unavailable") != std::string::npos;
+        said_up = said_up || l.find("database connection up") != std::string::npos;
+    }
+    EXPECT_TRUE(said_down && said_up) << "the logs did not say what happened";
+}
