@@ -237,7 +237,7 @@ int Sweeper::stop(uint32_t timeout_ms) {
         stats_.f.state = "stopping";
     }
     stopping_.store(true);
-    uv_async_send(&stop_async_);
+    ring(&stop_async_);
     int rc = QUEEN_SWEEPER_OK;
     {
         std::unique_lock<std::mutex> lk(done_mu_);
@@ -245,7 +245,7 @@ int Sweeper::stop(uint32_t timeout_ms) {
             lk.unlock();
             // Past the timeout: cancel what is in flight and leave the claims to their lease.
             hard_stop_.store(true);
-            uv_async_send(&stop_async_);
+            ring(&stop_async_);
             rc = QUEEN_SWEEPER_ETIMEDOUT;
             set_last_error("queen_sweeper_stop: the graceful stop did not finish within " +
                            std::to_string(timeout_ms) + " ms; in-flight calls were cancelled");
@@ -267,12 +267,7 @@ void Sweeper::wake(int64_t at) noexcept {
     // Only an instant earlier than the one already promised rings the loop.
     while (at < cur) {
         if (wake_hint_.compare_exchange_weak(cur, at, std::memory_order_acq_rel)) {
-            wakers_in_flight_.fetch_add(1);
-            if (accepting_wakes_.load()) {
-                uv_async_send(&wake_async_);
-                stats_.wake_signals_total.fetch_add(1, std::memory_order_relaxed);
-            }
-            wakers_in_flight_.fetch_sub(1);
+            if (ring(&wake_async_)) stats_.wake_signals_total.fetch_add(1, std::memory_order_relaxed);
             return;
         }
     }
@@ -284,12 +279,19 @@ void Sweeper::backstop_wake(void *ctx, int64_t at) {
     int64_t cur = s->backstop_hint_.load();
     while (at < cur) {
         if (s->backstop_hint_.compare_exchange_weak(cur, at)) {
-            s->wakers_in_flight_.fetch_add(1);
-            if (s->accepting_wakes_.load()) uv_async_send(&s->backstop_async_);
-            s->wakers_in_flight_.fetch_sub(1);
+            s->ring(&s->backstop_async_);
             return;
         }
     }
+}
+
+bool Sweeper::ring(uv_async_t *doorbell) noexcept {
+    // The doorbell may only be rung while the loop accepts it: teardown flips
+    // accepting_wakes_ and then waits until no ringer is between check and send.
+    wakers_in_flight_.fetch_add(1);
+    const bool rung = accepting_wakes_.load() && uv_async_send(doorbell) == 0;
+    wakers_in_flight_.fetch_sub(1);
+    return rung;
 }
 
 void Sweeper::on_wake_signal() {
@@ -299,6 +301,10 @@ void Sweeper::on_wake_signal() {
     const int64_t in = std::max<int64_t>(hint - wall_now_ms(), 0);
     woken_ = true;
     sleep_deadline_unix_ms_ = hint;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        ++stats_.f.wake_cut_sleeps_total;
+    }
     uv_timer_start(&sleep_timer_, [](uv_timer_t *t) {
         auto *s = static_cast<Sweeper *>(t->data);
         auto h = std::exchange(s->sleeper_, nullptr);

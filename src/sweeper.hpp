@@ -87,6 +87,7 @@ private:
     CallbackAwaiter<int> join_all(std::vector<Task<void>> tasks);
     void run_backstop();
     void schedule_backstop(int64_t at_unix_ms);
+    bool ring(uv_async_t *doorbell) noexcept;
     void on_wake_signal();
     void on_stop_signal();
     void publish_pool();
