@@ -8,7 +8,7 @@ than the cap (300 KiB) still fires, alone in its own segment."""
 import os
 import time
 
-from conftest import TENANT_A, assert_clean_stop, op_schedule, wait_for
+from firekit import TENANT_A, assert_clean_stop, decode_segment, op_schedule, wait_for
 
 CAP = 64 * 1024
 
@@ -66,7 +66,7 @@ def test_one_timer_larger_than_the_cap_fires_alone(q, sweepers):
     segs = q.log_rows(TENANT_A, queue)
     big_segs = []
     for *_x, base, end, count, _ca, blob, hashes in segs:
-        frames = __import__("conftest").decode_segment(blob)
+        frames = decode_segment(blob)
         if any(f.txn == "txn-big" for f in frames):
             big_segs.append((count, len(blob), frames))
         else:

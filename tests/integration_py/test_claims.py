@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-from conftest import (TENANT_A, PartitionLock, assert_clean_stop, op_schedule,
+from firekit import (TENANT_A, PartitionLock, assert_clean_stop, op_schedule,
                       pg_waiting_on_locks, wait_for)
 
 

@@ -9,8 +9,8 @@ import threading
 import time
 from collections import Counter
 
-from conftest import (TENANT_A, TENANT_B, assert_clean_stop, op_schedule, txn_hash,
-                      wait_for)
+from firekit import (TENANT_A, TENANT_B, Queen, assert_clean_stop, decode_segment,
+                     op_schedule, txn_hash, wait_for)
 
 N_PER_TENANT = 10_000
 PARTITIONS = 50
@@ -41,7 +41,6 @@ def test_twenty_thousand_timers_three_sweepers_exactly_once(q, sweepers, connect
 
     def load(tenant):
         try:
-            from conftest import Queen
             Queen(connections()).schedule(ops_by_tenant[tenant], tenant)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
@@ -93,7 +92,6 @@ def test_twenty_thousand_timers_three_sweepers_exactly_once(q, sweepers, connect
     seen = Counter()
     wrong = []
     by_partition = {}
-    from conftest import decode_segment
     for tenant, queue, part, base, end, count, _ca, blob, hashes in rows:
         assert queue == QUEUE
         frames = decode_segment(blob)

@@ -13,7 +13,8 @@ import os
 import threading
 import time
 
-from conftest import TENANT_A, assert_clean_stop, connect, op_schedule, txn_hash, wait_for
+from firekit import (TENANT_A, Queen, assert_clean_stop, connect, op_schedule, txn_hash,
+                     wait_for)
 
 QUEUE = "livelock"
 PARTS = [f"p{i}" for i in range(8)]
@@ -33,7 +34,7 @@ def test_slow_fires_do_not_livelock_two_sweepers(q, sweepers, conninfo, connecti
     errors = []
 
     def producer():
-        pq = __import__("conftest").Queen(connections())
+        pq = Queen(connections())
         i = 0
         try:
             while not stop.is_set():

@@ -11,6 +11,7 @@ Zero deadlocks: no client sees SQLSTATE 40P01, no sweeper logs it, and the datab
 pg_stat_database.deadlocks counter does not move. Afterwards the log is consistent: no
 transaction id appears twice and no timer is left behind."""
 
+import json
 import os
 import random
 import threading
@@ -19,7 +20,7 @@ import uuid
 
 import psycopg2
 
-from conftest import (TENANT_A, TENANT_B, Queen, assert_clean_stop, op_cancel,
+from firekit import (TENANT_A, TENANT_B, Queen, assert_clean_stop, op_cancel,
                       op_reschedule, op_schedule, txn_hash, wait_for)
 
 QUEUES = ["lo0", "lo1", "lo2"]
@@ -130,7 +131,7 @@ def test_no_deadlock_under_concurrent_schedule_reschedule_cancel_fire_and_push(
                    for k in keys]
             with conn.cursor() as cur:
                 cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
-                            (__import__("json").dumps(ops), tenant))
+                            (json.dumps(ops), tenant))
                 cur.fetchall()
                 two = sorted(rng.sample(PARTS, 2))
                 cur.execute("SELECT p.name FROM queen.log_partitions p JOIN queen.queues q"

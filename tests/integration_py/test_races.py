@@ -11,13 +11,12 @@
 import base64
 import os
 import random
-import threading
 import time
 
 import psycopg2
 import psycopg2.errors
 
-from conftest import (TENANT_A, PartitionLock, Queen, assert_clean_stop, op_cancel,
+from firekit import (TENANT_A, PartitionLock, Queen, assert_clean_stop, op_cancel,
                       op_reschedule, op_schedule, pg_waiting_on_locks, wait_for)
 
 
