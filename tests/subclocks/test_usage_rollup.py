@@ -6,7 +6,11 @@ and the sweeper's stats: rollup.runs_total, rollup.tenants, rollup.max_quota_rat
 
 import time
 
-from conftest import TENANT_A, TENANT_B, assert_clean_stop, op_schedule, wait_for
+import pytest
+from psycopg2.extensions import make_dsn
+
+from conftest import (TENANT_A, TENANT_B, Handle, Queen, Sweeper, apply_sql_files, assert_clean_stop,
+                      connect, op_schedule, reset_tables, sweeper_config, wait_for)
 
 
 def _usage(q):
@@ -26,7 +30,10 @@ def test_rollup_runs_on_its_gate_and_fills_kv_usage(q, sweepers):
 
     # The prune runs once at start and then not for an hour: it does not matter here,
     # dead rows are not usage whether or not they are still present.
-    h = sweepers("rollup-gate", kv_usage_every_ms=200, kv_expire_every_ms=3_600_000)
+    # Cycles every 50 ms at most (the timers are far: work exists, the ceiling applies),
+    # four times faster than the rollup's gate.
+    h = sweepers("rollup-gate", kv_usage_every_ms=200, kv_expire_every_ms=3_600_000,
+                 sweeper_max_sleep_ms=50)
     h.start()
     try:
         wait_for(lambda: h.stats()["rollup"]["runs_total"] >= 4, 10,
@@ -35,7 +42,8 @@ def test_rollup_runs_on_its_gate_and_fills_kv_usage(q, sweepers):
         usage = wait_for(lambda: (lambda u: u if len(u) == 2 else None)(_usage(q)), 5,
                          what="two tenants in queen.kv_usage")
         # The gate is honoured: not once per cycle.
-        assert st["rollup"]["runs_total"] < st["cycles_total"], st
+        assert st["rollup"]["runs_total"] * 2 < st["cycles_total"], (
+            st["rollup"]["runs_total"], st["cycles_total"])
     finally:
         final = assert_clean_stop(h)
 
@@ -86,31 +94,113 @@ def test_rollup_below_the_watermark_keeps_its_slow_gate(q, sweepers):
     assert _usage(q)[TENANT_A] == (50, 0)
 
 
-def test_rollup_above_the_watermark_refreshes_every_30_seconds(q, sweepers):
-    """The one slow test here: the quota cadence is a constant of 30 s."""
-    q.q("INSERT INTO queen.kv_quota (tenant_id, max_rows) VALUES (%s, 100)", (TENANT_A,))
-    q.kv_insert("wm", 90, expires_sql="NULL")          # 90% of the quota: above 80%
-    h = sweepers("rollup-over", kv_usage_every_ms=600_000)
-    h.start()
+SIDE_DB = "queen_subclocks_idle"
+
+
+@pytest.fixture(scope="module")
+def above_watermark(conninfo, schema):
+    """One 38-second watch shared by the two tests below, for two sweepers at once, each
+    with a tenant at 90% of its quota and kv_usage_every_ms = 600000:
+      busy: on the suite's database, with a timer an hour away, so the loop has work and
+            sleeps at its ceiling (200 ms);
+      idle: on a side database with no timer and no expired key, so the loop backs off
+            to its idle cap (the default, 30000 ms).
+    After the first rollup the busy tenant drops to 60%, which the refresh must see."""
+    main = connect(conninfo)
+    reset_tables(main)
+    admin = connect(conninfo)
+    with admin.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {SIDE_DB} WITH (FORCE)")
+        cur.execute(f"CREATE DATABASE {SIDE_DB}")
+    side_dsn = make_dsn(conninfo, dbname=SIDE_DB)
+    side = connect(side_dsn)
+    made = []
     try:
-        wait_for(lambda: h.stats()["rollup"]["runs_total"] == 1, 10, what="the first rollup")
+        apply_sql_files(side)
+        qm, qs = Queen(main, conninfo), Queen(side, side_dsn)
+        for qq in (qm, qs):
+            qq.q("INSERT INTO queen.kv_quota (tenant_id, max_rows) VALUES (%s, 100)", (TENANT_A,))
+            qq.kv_insert("wm", 90, expires_sql="NULL")
+        qm.schedule([op_schedule("wm-q", "far", b"x", delay_ms=3_600_000)])
+        busy = Handle(Sweeper(**sweeper_config(conninfo, "rollup-over-busy",
+                                               {"kv_usage_every_ms": 600_000})), "busy")
+        idle = Handle(Sweeper(**sweeper_config(side_dsn, "rollup-over-idle",
+                                               {"kv_usage_every_ms": 600_000})), "idle")
+        made = [busy, idle]
+        for h in made:
+            h.sw.on_log(h.on_log)
+            h.sw.start()
+        for h in made:
+            wait_for(lambda: h.stats()["rollup"]["runs_total"] == 1, 10,
+                     what=f"the first rollup ({h.name})")
         t_first = time.monotonic()
-        st1 = h.stats()
-        assert abs(st1["rollup"]["max_quota_ratio"] - 0.9) < 1e-6, st1["rollup"]
-        computed1 = q.one("SELECT computed_at FROM queen.kv_usage WHERE tenant_id = %s",
-                          (TENANT_A,))
-        # Drop under the watermark meanwhile: the next (quota-cadence) run must see it.
-        q.q("DELETE FROM queen.kv WHERE namespace = 'wm' AND key IN (SELECT 'k' || g FROM"
-            " generate_series(1, 30) g)")
-        runs, times = _run_times(h, 38.0)
-        st2 = h.stats()
+        first = {h.name: h.stats() for h in made}
+        computed1 = qm.one("SELECT computed_at FROM queen.kv_usage WHERE tenant_id = %s",
+                           (TENANT_A,))
+        qm.q("DELETE FROM queen.kv WHERE namespace = 'wm' AND key IN"
+             " (SELECT 'k' || g FROM generate_series(1, 30) g)")
+        seen = {h.name: 1 for h in made}
+        times = {h.name: [] for h in made}
+        sleeps = {h.name: [] for h in made}
+        end = time.monotonic() + 38.0
+        while time.monotonic() < end:
+            for h in made:
+                st = h.stats()
+                n = st["rollup"]["runs_total"]
+                if n > seen[h.name]:
+                    times[h.name].extend([time.monotonic() - t_first] * (n - seen[h.name]))
+                    seen[h.name] = n
+                sleeps[h.name].append(st["sleep_ms"])
+            time.sleep(0.05)
+        last = {h.name: h.stats() for h in made}
+        for h in made:
+            assert_clean_stop(h)
+        computed2 = qm.one("SELECT computed_at FROM queen.kv_usage WHERE tenant_id = %s",
+                           (TENANT_A,))
+        usage_busy = _usage(qm)
+        yield {"first": first, "last": last, "runs": seen, "times": times, "sleeps": sleeps,
+               "computed": (computed1, computed2), "usage_busy": usage_busy}
     finally:
-        assert_clean_stop(h)
-    assert runs == 2, (f"expected exactly one refresh on the 30 s quota cadence within 38 s,"
-                       f" saw {runs - 1}")
-    gap = times[0] - t_first
+        for h in made:
+            try:
+                h.sw.close()
+            except Exception:
+                pass
+        side.close()
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {SIDE_DB} WITH (FORCE)")
+        admin.close()
+        reset_tables(main)
+        main.close()
+
+
+def test_rollup_above_the_watermark_refreshes_every_30_seconds(above_watermark):
+    """The slow test of this folder: the quota cadence is a constant of 30 s."""
+    w = above_watermark
+    assert abs(w["first"]["busy"]["rollup"]["max_quota_ratio"] - 0.9) < 1e-6, w["first"]["busy"]
+    assert w["runs"]["busy"] == 2, (f"expected exactly one refresh on the 30 s quota cadence"
+                                    f" within 38 s, saw {w['runs']['busy'] - 1}")
+    gap = w["times"]["busy"][0]
     assert 28.0 <= gap <= 33.0, f"second rollup {gap:.1f}s after the first, expected ~30 s"
-    assert abs(st2["rollup"]["max_quota_ratio"] - 0.6) < 1e-6, st2["rollup"]
-    computed2 = q.one("SELECT computed_at FROM queen.kv_usage WHERE tenant_id = %s", (TENANT_A,))
-    assert computed2 > computed1
-    assert _usage(q)[TENANT_A] == (60, 0)
+    # The refresh saw the tenant drop under the watermark.
+    assert abs(w["last"]["busy"]["rollup"]["max_quota_ratio"] - 0.6) < 1e-6
+    c1, c2 = w["computed"]
+    assert c2 > c1
+    assert w["usage_busy"][TENANT_A] == (60, 1)   # 60 live keys, the one far timer
+
+
+def test_rollup_quota_cadence_holds_while_the_loop_idles(above_watermark):
+    """The same promise on a loop with no timer and no expired key: the idle backoff
+    (doubling up to sweeper_idle_max_sleep_ms, 30 s by default) must not stretch the
+    30-second quota refresh. The sleep has to wake for the rollup's gate."""
+    w = above_watermark
+    assert abs(w["first"]["idle"]["rollup"]["max_quota_ratio"] - 0.9) < 1e-6, w["first"]["idle"]
+    assert w["last"]["idle"]["phases"]["rollup"] == "on"
+    assert w["runs"]["idle"] >= 2, (
+        f"a tenant at 90% of its quota was not refreshed within 38 s of the previous rollup"
+        f" (the quota cadence is 30 s); the idle loop's sleeps were up to"
+        f" {max(w['sleeps']['idle'])} ms, last sleep_ms {w['last']['idle']['sleep_ms']},"
+        f" idle_cycles {w['last']['idle']['idle_cycles']},"
+        f" cycles_total {w['last']['idle']['cycles_total']}")
+    gap = w["times"]["idle"][0]
+    assert 28.0 <= gap <= 33.0, f"second rollup {gap:.1f}s after the first, expected ~30 s"
