@@ -541,8 +541,10 @@ $fn$;
 --            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
 --            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
 --            attempts int)
--- Takes due rows (visible_at <= now and in nobody's hands), visiting shards in the array's
--- order (null = 0..63; the caller rotates the start), each shard oldest first. Candidates
+-- Takes due rows (visible_at <= now and in nobody's hands), the globally oldest first: a
+-- read-only pass finds the instant of the pool-th oldest due row over every shard, then
+-- shards are visited in the array's order (null = 0..63; the caller rotates the start),
+-- each contributing its rows at or before that instant, oldest first. Candidates
 -- are collected up to a pool of 2 * max_rows (max_rows when per_tenant >= max_rows or is
 -- null/< 1, where fairness cannot change the choice); from the pool, max_rows rows are
 -- chosen ordered by (ceil(rank within tenant / per_tenant), visible_at): each tenant gets
@@ -569,6 +571,7 @@ DECLARE
     v_shard    int2;
     v_per      int;
     v_pool_cap int;
+    v_cut      timestamptz;
     v_n        int := 0;
     v_got      int;
     v_t        uuid[] := '{}';
@@ -599,6 +602,25 @@ BEGIN
                   THEN p_max_rows ELSE p_per_tenant END;
     v_pool_cap := CASE WHEN v_per >= p_max_rows THEN p_max_rows ELSE 2 * p_max_rows END;
 
+    -- Oldest first across all shards, not within the first shards visited: read-only,
+    -- find the instant of the pool_cap-th oldest due row (at most pool_cap index entries
+    -- per shard, 64 seeks), and let each shard contribute only rows at or before it. A
+    -- backlog (a paused fire, a burst) then drains in deliver order, and no shard's
+    -- timers wait behind the shards the rotation happens to visit first.
+    SELECT max(z.v) INTO v_cut
+      FROM (SELECT k.v
+              FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s(sh)
+             CROSS JOIN LATERAL (SELECT t.visible_at AS v
+                                   FROM queen.log_timers t
+                                  WHERE t.shard = s.sh AND t.visible_at <= p_now
+                                  ORDER BY t.visible_at
+                                  LIMIT v_pool_cap) k
+             ORDER BY k.v
+             LIMIT v_pool_cap) z;
+    IF v_cut IS NULL THEN
+        RETURN;
+    END IF;
+
     FOREACH v_shard IN ARRAY coalesce(p_shards, queen.all_shards_v1()) LOOP
         EXIT WHEN v_n >= v_pool_cap;
         SELECT array_agg(c.tenant_id ORDER BY c.visible_at), array_agg(c.queue ORDER BY c.visible_at),
@@ -608,7 +630,7 @@ BEGIN
           FROM (SELECT t.tenant_id, t.queue, t.timer_key, t.visible_at
                   FROM queen.log_timers t
                  WHERE t.shard = v_shard
-                   AND t.visible_at <= p_now
+                   AND t.visible_at <= v_cut
                    AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                  ORDER BY t.visible_at
                  LIMIT v_pool_cap - v_n

@@ -96,8 +96,10 @@ Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult
             co_await fail_rows(rows, which, "cannot be framed: " + packed.rejected.front().second, "permanent");
         }
         for (auto &batch : packed.batches) {
+            // A requested stop finishes the transaction in flight and fires nothing
+            // more: the rest of the claim stays in held_ and is handed back at once.
+            if (stopping_.load()) co_return;
             co_await fire_batch(rows, batch, false);
-            if (hard_stop_.load()) co_return;
         }
         acc.moved += got;
         if (got < want) co_return;  // nothing more is due for us right now
@@ -230,10 +232,10 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
         // Replay one timer per call: the poisoned one fails alone and the others
         // are delivered, instead of the whole batch waiting on it.
         for (size_t idx : all) {
+            if (stopping_.load()) co_return;  // the rest is released at stop
             std::vector<ClaimedTimer> one{rows[idx]};
             PackResult p = pack_timers(one, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
             for (auto &b : p.batches) co_await fire_batch(one, b, true);
-            if (hard_stop_.load()) co_return;
         }
         co_return;
     }
