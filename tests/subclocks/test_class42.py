@@ -83,14 +83,20 @@ def limited_role(q, conninfo):
     """A LOGIN role that is no superuser, with what a broker's sweeper needs on schema
     queen. Yields its conninfo; at teardown EXECUTE goes back to PUBLIC and the role goes."""
     def cleanup():
-        q.q(f"GRANT EXECUTE ON FUNCTION {ROLLUP_FN} TO PUBLIC")
-        q.q(f"GRANT EXECUTE ON FUNCTION {PRUNE_FN} TO PUBLIC")
         exists = q.one("SELECT count(*) FROM pg_roles WHERE rolname = %s", (ROLE,))
         if exists:
             q.q("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
                 (ROLE,))
             q.q(f"DROP OWNED BY {ROLE}")
             q.q(f"DROP ROLE {ROLE}")
+        # Back to the default ACL (EXECUTE to PUBLIC, no explicit entry), exactly as a
+        # fresh apply leaves it: recreate both functions from 004.
+        acl_touched = q.one("SELECT count(*) FROM pg_proc WHERE oid = ANY(ARRAY[to_regprocedure(%s),"
+                            " to_regprocedure(%s)]::oid[]) AND proacl IS NOT NULL", (PRUNE_FN, ROLLUP_FN))
+        if acl_touched:
+            q.q(f"DROP FUNCTION IF EXISTS {ROLLUP_FN}")
+            q.q(f"DROP FUNCTION IF EXISTS {PRUNE_FN}")
+            apply_sql_files(q.conn, {"004_kv_maintenance.sql"})
 
     cleanup()
     q.q(f"CREATE ROLE {ROLE} LOGIN NOSUPERUSER")
