@@ -1,0 +1,129 @@
+"""6. Idle: with both tables empty the sleep backs off, and the backstop is not work.
+
+The sleep is sweeper_max_sleep_ms for the first sweeper_idle_after_cycles idle cycles,
+then doubles up to sweeper_idle_max_sleep_ms. The ephemeral backstop runs on its own timer
+and deliberately does not feed the idle count, so a busy engine leaves the backoff alone.
+One wake (queen_sweeper_wake for now) cuts the long sleep at once and resets the count."""
+
+import threading
+import time
+
+from conftest import assert_clean_stop, wait_for
+from queen_sweeper import Ephemeral
+
+IDLE_KNOBS = dict(sweeper_max_sleep_ms=50, sweeper_idle_max_sleep_ms=800,
+                  sweeper_idle_after_cycles=2)
+
+
+def now_ms():
+    return time.time_ns() // 1_000_000
+
+
+def watch_sleeps(h, until_ms, timeout):
+    """The sleep_ms of every cycle (sampled per cycle change) until sleep_ms == until_ms
+    has been seen on two cycles in a row."""
+    seen = []
+    last_cycle = -1
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = h.stats()
+        if st["cycles_total"] != last_cycle:
+            last_cycle = st["cycles_total"]
+            seen.append((st["cycles_total"], st["idle_cycles"], st["sleep_ms"]))
+            if len(seen) >= 2 and seen[-1][2] == seen[-2][2] == until_ms:
+                return seen
+        time.sleep(0.005)
+    raise AssertionError(f"sleep_ms never settled at {until_ms}: {seen}")
+
+
+def wake_now_and_measure(h):
+    """Right after a cycle that chose the 800 ms sleep, wake for now: the next cycle must
+    follow within ~100 ms, with the idle count reset."""
+    st = h.stats()
+    c0 = st["cycles_total"]
+    wait_for(lambda: h.stats()["cycles_total"] > c0, 3, 0.002, what="a cycle boundary")
+    st = h.stats()
+    assert st["sleep_ms"] == 800, st["sleep_ms"]
+    c1, signals = st["cycles_total"], st["wake_signals_total"]
+    time.sleep(0.05)   # well inside the 800 ms sleep
+    assert h.stats()["cycles_total"] == c1
+    t0 = time.monotonic()
+    h.wake(now_ms())
+    wait_for(lambda: h.stats()["cycles_total"] > c1, 2, 0.002, what="the woken cycle")
+    elapsed = time.monotonic() - t0
+    after = h.stats()
+    assert elapsed <= 0.1, f"the woken cycle came {elapsed * 1000:.0f} ms after the wake"
+    assert after["wake_signals_total"] == signals + 1
+    # The wake reset the count; this cycle was idle again, so it is 1 and the sleep is back
+    # at the ceiling.
+    assert after["idle_cycles"] <= 1, after["idle_cycles"]
+    assert after["sleep_ms"] == 50, after["sleep_ms"]
+    return elapsed
+
+
+def test_idle_backoff_doubles_to_its_cap_and_a_wake_cuts_it(q, sweepers):
+    h = sweepers("idle", **IDLE_KNOBS)
+    h.start()
+    try:
+        seen = watch_sleeps(h, 800, 15)
+        wake_now_and_measure(h)
+        # And it backs off again.
+        watch_sleeps(h, 800, 10)
+    finally:
+        final = assert_clean_stop(h)
+    sleeps = [s for _c, _i, s in seen]
+    # 50 for the first two idle cycles, then doubling: 100, 200, 400, 800.
+    distinct = [s for k, s in enumerate(sleeps) if k == 0 or s != sleeps[k - 1]]
+    assert distinct[-5:] == [50, 100, 200, 400, 800], sleeps
+    assert max(sleeps) == 800
+    assert final["cycle_errors_total"] == 0, final["last_error"]
+    assert final["fired_total"] == 0 and final["kv_deleted_total"] == 0
+
+
+def test_a_busy_backstop_does_not_count_as_work(q, sweepers):
+    engine = Ephemeral(lease_ms=30000, max_retries=100)
+    stop = threading.Event()
+    errors = []
+
+    def churn():
+        # A fresh ring every 20 ms, popped with a 100 ms lease and never touched again:
+        # every one of them is the backstop's to redeliver.
+        i = 0
+        try:
+            while not stop.is_set():
+                name = f"busy-{i}"
+                engine.push(name, "p0", b"x")
+                engine.pop(name, "p0", "g", lease_ms=100)
+                i += 1
+                time.sleep(0.02)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    h = sweepers("idle-backstop", **IDLE_KNOBS)
+    worker = threading.Thread(target=churn, daemon=True)
+    try:
+        h.set_backstop(engine)
+        h.start()
+        worker.start()
+        wait_for(lambda: h.stats()["backstop"]["redelivered_total"] >= 20, 10,
+                 what="the backstop to be busy redelivering")
+        seen = watch_sleeps(h, 800, 15)
+        st = h.stats()
+        assert st["backstop"]["redelivered_total"] > 0
+        assert st["backstop"]["hint_wakes_total"] > 0
+        runs = st["backstop"]["runs_total"]
+        # Still at the cap after more backstop passes.
+        wait_for(lambda: h.stats()["backstop"]["runs_total"] >= runs + 2, 5,
+                 what="two more backstop passes")
+        st = h.stats()
+        assert st["sleep_ms"] == 800 and st["idle_cycles"] >= 6, (st["sleep_ms"],
+                                                                   st["idle_cycles"])
+        wake_now_and_measure(h)
+    finally:
+        stop.set()
+        worker.join(5)
+        final = assert_clean_stop(h)
+        engine.close()
+    assert not errors, errors
+    assert final["backstop"]["failures_total"] == 0
+    assert [s for _c, _i, s in seen][-1] == 800
