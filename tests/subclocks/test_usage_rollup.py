@@ -79,7 +79,8 @@ def _run_times(h, seconds, interval=0.05):
 def test_rollup_below_the_watermark_keeps_its_slow_gate(q, sweepers):
     q.q("INSERT INTO queen.kv_quota (tenant_id, max_rows) VALUES (%s, 100)", (TENANT_A,))
     q.kv_insert("wm", 50, expires_sql="NULL")          # 50% of the quota
-    h = sweepers("rollup-under", kv_usage_every_ms=600_000)
+    # The idle backoff is capped at the ceiling so the loop keeps cycling while watched.
+    h = sweepers("rollup-under", kv_usage_every_ms=600_000, sweeper_idle_max_sleep_ms=200)
     h.start()
     try:
         wait_for(lambda: h.stats()["rollup"]["runs_total"] == 1, 10, what="the first rollup")
