@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""One chaos broker: a process that loads libqueen_sweeper.so through the Python
+binding, runs one sweeper and does nothing else until it is killed.
+
+    broker.py --broker-id ID --stats FILE [--lease-ms 3000] [--conninfo CI]
+
+Every 200 ms it writes the sweeper's stats JSON to FILE (write + rename, so a
+reader never sees half a file). SIGTERM or SIGINT stops the sweeper gracefully
+(claims released); SIGKILL is what the chaos suite mostly sends.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
+
+from queen_sweeper import Sweeper  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--broker-id", required=True)
+    ap.add_argument("--stats", required=True)
+    ap.add_argument("--lease-ms", type=int, default=3000)
+    ap.add_argument("--conninfo", default=os.environ.get("QUEEN_TEST_CONNINFO", ""))
+    args = ap.parse_args()
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+
+    def log(level, message):
+        print(f"[{args.broker_id} sweeper {level}] {message}", file=sys.stderr, flush=True)
+
+    sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=True,
+                 read_env=False, sweeper_lease_ms=args.lease_ms, log_level="warn")
+    sw.on_log(log)
+    sw.start()
+    print(f"{args.broker_id}: started, pid {os.getpid()}", flush=True)
+
+    tmp = args.stats + ".tmp"
+
+    def dump():
+        with open(tmp, "w") as f:
+            json.dump(sw.stats(), f)
+        os.replace(tmp, args.stats)
+
+    while not done.wait(0.2):
+        dump()
+    try:
+        sw.stop(10000)
+    finally:
+        dump()
+        sw.close()
+    print(f"{args.broker_id}: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
