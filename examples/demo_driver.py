@@ -124,10 +124,14 @@ def main() -> int:
                     raise RuntimeError(f"{name} exited with {p.returncode}; see {work / (name + '.log')}")
             try:
                 with db.cursor() as cur:
-                    cur.execute("SELECT count(*) FROM queen.log_timers WHERE queue = %s", (QUEUE,))
-                    pending = cur.fetchone()[0]
+                    cur.execute("SELECT (SELECT count(*) FROM queen.log_timers WHERE queue = %s), "
+                                "(SELECT coalesce(sum(s.count), 0) FROM queen.log_segments s "
+                                "   JOIN queen.log_partitions p ON p.id = s.partition_id "
+                                "   JOIN queen.queues q ON q.id = p.queue_id "
+                                "  WHERE q.tenant_id = %s AND q.name = %s)", (QUEUE, TENANT, QUEUE))
+                    pending, in_log = cur.fetchone()
             except psycopg2.Error:
-                pending = None   # the schema is not there yet
+                pending = in_log = None   # the schema is not there yet
             sa = states[BROKERS[0]]
             if not scheduled_seen and (work / "scheduled.json").exists():
                 scheduled_seen = True
@@ -143,7 +147,7 @@ def main() -> int:
                 event(f"SIGKILL {victim} (pid {procs[victim].pid}) midway: its claims come back "
                       f"after the {args.lease_ms} ms lease; {BROKERS[1]} gets no wake from anyone "
                       f"and finds the work within its sleep ceiling")
-            render(tty, t0, args, n, pending, states, killed, events, procs, last_plain)
+            render(tty, t0, args, n, pending, in_log, states, killed, events, procs, last_plain)
             if not tty and now_ms() - last_plain >= 1000:
                 last_plain = now_ms()
             if killed and scheduled_seen and pending == 0:
@@ -180,7 +184,7 @@ def main() -> int:
             db.close()
 
 
-def render(tty, t0, args, n, pending, states, killed, events, procs, last_plain):
+def render(tty, t0, args, n, pending, in_log, states, killed, events, procs, last_plain):
     elapsed = (now_ms() - t0) / 1000
     rows = []
     for name in BROKERS:
@@ -191,14 +195,14 @@ def render(tty, t0, args, n, pending, states, killed, events, procs, last_plain)
         rows.append((name, procs[name].pid, status, st.get("fired_total", 0), lag.get("p50", 0), lag.get("p99", 0),
                      st.get("wakes_total", 0), st.get("wake_signals_total", 0), st.get("stale_total", 0),
                      st.get("timers_due", 0), st.get("sleep_ms", 0), (s or {}).get("scheduled", 0)))
-    fired = sum(r[3] for r in rows)
     pend = "?" if pending is None else str(pending)
+    logged = "?" if in_log is None else str(in_log)
     if tty:
         out = ["\x1b[H\x1b[2J",
                f"queen-sweeper demo: {len(BROKERS)} brokers, {n} timers due over {args.seconds} s, "
                f"lease {args.lease_ms} ms{'':8}t+{elapsed:.1f}s",
                "",
-               f"  timers pending in queen.log_timers: {pend:>6}      fired (sum of brokers): {fired:>6} / {n}",
+               f"  timers pending in queen.log_timers: {pend:>6}      messages in the log: {logged:>6} / {n}",
                "",
                f"  {'broker':<8} {'pid':>7} {'state':<8} {'sched':>6} {'fired':>6} {'lag p50':>8} {'lag p99':>8} "
                f"{'wakes':>6} {'signals':>8} {'stale':>6} {'due':>6} {'sleep':>6}"]
@@ -213,7 +217,7 @@ def render(tty, t0, args, n, pending, states, killed, events, procs, last_plain)
     elif now_ms() - last_plain >= 1000:
         parts = [f"{r[0]} {r[2]} fired {r[3]} lag p50/p99 {r[4]}/{r[5]} ms wakes/signals {r[6]}/{r[7]} "
                  f"stale {r[8]}" for r in rows]
-        print(f"t+{elapsed:5.1f}s pending {pend:>5} | " + " | ".join(parts), flush=True)
+        print(f"t+{elapsed:5.1f}s pending {pend:>5} in log {logged:>5} | " + " | ".join(parts), flush=True)
 
 
 def summary(db, work, args, n, states_final, killed, t0):
