@@ -111,7 +111,7 @@ Task<int64_t> Sweeper::cycle() {
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
-    if (!stopping_.load()) co_await sub_clocks(shards, step, step.fire_row_budget - claimed, kv_work);
+    if (!stopping_.load()) co_await sub_clocks(shards, step, prev_pressure, step.fire_row_budget - claimed, kv_work);
 
     // D. SLEEP
     if (outcome == CycleOutcome::idle && kv_work) {
@@ -124,7 +124,7 @@ Task<int64_t> Sweeper::cycle() {
                      cfg_.sweeper_empty_claim_min_ms, cfg_.sweeper_empty_claim_max_ms};
     std::uniform_real_distribution<double> jitter(0.0, 1.0);
     SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), pressure_};
-    const int64_t ms = compute_sleep_ms(bands, in);
+    const int64_t ms = std::max<int64_t>(1, std::min(compute_sleep_ms(bands, in), ms_until_next_gate()));
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;

@@ -15,14 +15,14 @@ constexpr double kQuotaWatermark = 0.8;
 constexpr int64_t kQuotaRefreshMs = 30000;
 constexpr int kRollupMaxTenants = 1000;
 
-Task<void> Sweeper::sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t rows_left,
-                               bool &kv_work) {
+Task<void> Sweeper::sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
+                               int64_t rows_left, bool &kv_work) {
     const uint64_t now = uv_now(&loop_);
     const std::string stage = std::string(step.rollup ? "on" : "shed") + "/" + (step.prune ? "on" : "shed");
     if (stage != shed_state_logged_) {
         log_.log(stage == "on/on" ? QUEEN_SWEEPER_LOG_INFO : QUEEN_SWEEPER_LOG_WARN,
                  "shedding stage rollup/prune: " + shed_state_logged_ + " -> " + stage + " (pressure " +
-                     std::to_string(pressure_) + ")");
+                     std::to_string(step_pressure) + ")");
         shed_state_logged_ = stage;
     }
     {
@@ -31,24 +31,32 @@ Task<void> Sweeper::sub_clocks(const std::vector<int16_t> &shards, const LadderS
         if (!prune_off_) stats_.f.phase_prune = step.prune ? "on" : "shed";
     }
     // A shed or failed phase does not consume its gate: it runs as soon as it may.
+    rollup_shed_ = !step.rollup;
     if (!rollup_off_ && step.rollup && now >= next_rollup_mono_) {
         if (co_await usage_rollup(shards)) {
             const int64_t every =
                 last_quota_ratio_ > kQuotaWatermark ? std::min(kQuotaRefreshMs, cfg_.kv_usage_every_ms) : cfg_.kv_usage_every_ms;
             next_rollup_mono_ = uv_now(&loop_) + static_cast<uint64_t>(every);
+        } else {
+            // A failure does not consume the interval: try again after the short backoff.
+            next_rollup_mono_ = uv_now(&loop_) + static_cast<uint64_t>(cfg_.sweeper_transient_backoff_ms);
         }
     }
     if (!prune_off_ && step.prune && now >= next_prune_mono_ && !stopping_.load()) {
-        if (co_await kv_prune(shards, std::max<int64_t>(rows_left, 1), kv_work))
-            next_prune_mono_ = uv_now(&loop_) + static_cast<uint64_t>(cfg_.kv_expire_every_ms);
+        const bool ok = co_await kv_prune(shards, std::max<int64_t>(rows_left, 1), kv_work);
+        next_prune_mono_ = uv_now(&loop_) + static_cast<uint64_t>(ok ? cfg_.kv_expire_every_ms
+                                                                        : cfg_.sweeper_transient_backoff_ms);
     }
 }
 
 void Sweeper::phase_off_config(const char *phase, const PgResult &r) {
-    log_.warn(std::string(phase) + " turned off for the life of this process (SQLSTATE " + r.sqlstate +
-              "): " + r.message +
-              ". Reads stay correct (kv_live_v1 hides expired rows) and the fire keeps running, but queen.kv "
-              "grows and, with vacuum_truncate off, never gives its pages back");
+    const bool prune = std::string(phase) == "KV prune";
+    log_.warn(std::string(phase) + " turned off for the life of this process (SQLSTATE " + r.sqlstate + "): " +
+              r.message +
+              (prune ? ". Reads stay correct (kv_live_v1 hides expired rows) and the fire keeps running, but "
+                       "queen.kv grows and, with vacuum_truncate off, never gives its pages back"
+                     : ". Reads stay correct and the fire keeps running, but the quota gauges in "
+                       "queen.kv_usage go stale"));
     note_error(phase, r);
 }
 
@@ -93,6 +101,15 @@ Task<bool> Sweeper::kv_prune(const std::vector<int16_t> &shards, int64_t row_bud
         if (done || left <= 0 || deleted == 0) break;
     }
     co_return true;
+}
+
+int64_t Sweeper::ms_until_next_gate() const {
+    // The sleep never outlasts a gate that is due: an idle loop must still refresh the
+    // quota gauges on their cadence. The prune's gate only counts while keys await it
+    // (the cycle keeps the ceiling then); an empty KV table lets the idle backoff grow.
+    if (rollup_off_ || rollup_shed_) return INT64_MAX;
+    const uint64_t now = uv_now(&loop_);
+    return next_rollup_mono_ > now ? static_cast<int64_t>(next_rollup_mono_ - now) : 0;
 }
 
 Task<bool> Sweeper::usage_rollup(const std::vector<int16_t> &shards) {

@@ -107,6 +107,7 @@ int Sweeper::start() {
         phase_ = Phase::disabled;
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "disabled";
+        stats_.f.teardown_clean = true;  // no loop, no handle: nothing to tear down
         return QUEEN_SWEEPER_OK;
     }
     int rc = uv_loop_init(&loop_);
@@ -410,15 +411,14 @@ void Sweeper::run_backstop() {
 
 void Sweeper::schedule_backstop(int64_t at) {
     if (!has_backstop_ || stopping_.load()) return;
-    // At most once a second, a constant: an engine hint (a lease or ttl instant it
-    // just armed) can bring the pass forward to that instant, never closer than
-    // one second after the previous pass.
+    // At most once a second, a constant. The engine rings its own leases to the
+    // millisecond on every touch; this pass is only the floor under a lost hint, so a
+    // hint (at) can re-arm the timer if it lapsed but never brings a pass closer than
+    // one second after the previous one.
+    (void)at;
     const int64_t now = wall_now_ms();
-    const int64_t floor_at = backstop_last_run_unix_ms_ + 1000;
-    const int64_t next = at == INT64_MAX ? floor_at : std::max(floor_at, std::min(at, floor_at));
-    if (uv_is_active(reinterpret_cast<uv_handle_t *>(&backstop_timer_)) &&
-        now + static_cast<int64_t>(uv_timer_get_due_in(&backstop_timer_)) <= next)
-        return;
+    const int64_t next = backstop_last_run_unix_ms_ + 1000;
+    if (uv_is_active(reinterpret_cast<uv_handle_t *>(&backstop_timer_))) return;
     uv_timer_start(&backstop_timer_, [](uv_timer_t *t) { static_cast<Sweeper *>(t->data)->run_backstop(); },
                    static_cast<uint64_t>(std::max<int64_t>(next - now, 0)), 0);
 }

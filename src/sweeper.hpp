@@ -93,8 +93,9 @@ private:
     void publish_pool();
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);
-    Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t rows_left,
-                          bool &kv_work);
+    Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
+                          int64_t rows_left, bool &kv_work);
+    int64_t ms_until_next_gate() const;
     static void backstop_wake(void *ctx, int64_t at_unix_ms);
 
     Config cfg_;
@@ -136,7 +137,7 @@ private:
     int64_t cycle_no_ = 0;
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
-    bool prune_off_ = false, rollup_off_ = false;  // class 42: off for the life of the process
+    bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
     bool prune_shed_logged_ = false, rollup_shed_logged_ = false;
     uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
     double last_quota_ratio_ = 0;
