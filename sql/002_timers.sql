@@ -686,13 +686,26 @@ $fn$;
 -- 4. fire
 -- ---------------------------------------------------------------------------------------
 
+-- The ten-argument form of earlier builds is dropped once (a call with ten arguments
+-- would otherwise be ambiguous between it and this one).
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
+                       'text[], integer[], uuid[], timestamp with time zone)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
+                                               text[], integer[], uuid[], timestamptz);
+    END IF;
+END
+$drop$;
+
 -- queen.log_timers_fire_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
---     timer_seg int[], timer_tokens uuid[], now timestamptz) -> jsonb
+--     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true) -> jsonb
 --   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
 --                | {"status": "stale", "held": n}
---                | {"status": "duplicate", "duplicates": n, "released": n} ],   (array order)
---    "fired": rows, "stale": segments, "duplicate": rows, "released": rows}
+--                | {"status": "duplicate", "duplicates": n, "released": n}
+--                | {"status": "busy", "count": n} (only with p_wait false) ],   (array order)
+--    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows}
 -- One transaction (the caller's statement). The timers of segment i are the entries with
 -- timer_seg = i, IN FRAME ORDER (the k-th of them is frame k, hashed at bytes 16k..16k+15
 -- of seg_hashes[i]); tenant and queue of a timer are its segment's.
@@ -718,10 +731,17 @@ $fn$;
 -- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
 -- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
 -- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
+-- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
+-- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
+-- held by someone else (another broker's fire, a push) answers {"status": "busy"}: its
+-- rows stay claimed and held by the caller, who fires them in a later call. Two brokers
+-- firing batches that span the same partitions then each deliver the partitions nobody
+-- holds instead of queueing behind each other; the caller's second call waits, so a
+-- partition that is never free still gets its timers.
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz)
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $fn$
@@ -744,6 +764,8 @@ DECLARE
     v_win       bigint[];
     v_prov      record;
     v_lock_id   bigint;
+    v_busy_pids bigint[] := '{}';
+    v_busyn     int := 0;
     v_dup_k     int[];
     v_won       bytea[];
     v_end       bigint;
@@ -917,24 +939,42 @@ BEGIN
     FOR v_lock_id IN
         SELECT DISTINCT p FROM unnest(v_pid) AS p WHERE p IS NOT NULL ORDER BY p
     LOOP
-        PERFORM 1 FROM queen.log_partitions lp WHERE lp.id = v_lock_id FOR UPDATE;
+        IF p_wait IS DISTINCT FROM false THEN
+            PERFORM 1 FROM queen.log_partitions lp WHERE lp.id = v_lock_id FOR UPDATE;
+        ELSE
+            PERFORM 1 FROM queen.log_partitions lp WHERE lp.id = v_lock_id FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                v_busy_pids := v_busy_pids || v_lock_id;
+            END IF;
+        END IF;
     END LOOP;
 
     -- Push, in array order, so a later segment sees an earlier one's dedup index rows.
     FOR v_i IN 1 .. v_nseg LOOP
         CONTINUE WHEN NOT v_live[v_i];
+        IF v_pid[v_i] = ANY (v_busy_pids) THEN
+            -- Held elsewhere right now: the rows stay claimed for the caller's next call.
+            v_results[v_i] := jsonb_build_object('status', 'busy', 'count', p_seg_counts[v_i]);
+            v_busyn := v_busyn + p_seg_counts[v_i];
+            CONTINUE;
+        END IF;
 
         SELECT array_agg(p_timer_keys[v_perm[x]] ORDER BY x)
           INTO v_keys
           FROM generate_series(v_start[v_i], v_start[v_i] + p_seg_counts[v_i] - 1) AS x;
 
         -- Frames whose transaction is already in the queue's log within the window.
+        -- One primary-key probe per frame (LATERAL): a plain join here gets a cached
+        -- generic plan that hashes the whole index table, and the fire then slows down
+        -- in proportion to everything ever fired into the queue.
         SELECT array_agg(h.k ORDER BY h.k) INTO v_dup_k
           FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
-          JOIN queen.log_txn_index x
-            ON x.queue_id = v_qid[v_i]
-           AND x.hash = substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16)
-         WHERE x.created_at > p_now - v_win[v_i] * interval '1 millisecond';
+         CROSS JOIN LATERAL (SELECT 1
+                               FROM queen.log_txn_index x
+                              WHERE x.queue_id = v_qid[v_i]
+                                AND x.hash = substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16)
+                                AND x.created_at > p_now - v_win[v_i] * interval '1 millisecond'
+                              LIMIT 1) AS y;
 
         IF v_dup_k IS NULL THEN
             -- Allocate, then take the dedup index rows. An index row that is inside the
@@ -1004,7 +1044,8 @@ BEGIN
     END LOOP;
 
     RETURN jsonb_build_object('segments', to_jsonb(v_results), 'fired', v_fired,
-                              'stale', v_stale, 'duplicate', v_dupn, 'released', v_released);
+                              'stale', v_stale, 'duplicate', v_dupn, 'released', v_released,
+                              'busy', v_busyn);
 END
 $fn$;
 

@@ -60,7 +60,8 @@ Task<int64_t> Sweeper::cycle() {
     wake_hint_.store(INT64_MAX);
     if (std::exchange(woken_, false)) idle_cycles_ = 0;  // a wake resets the idle count
     const std::vector<int16_t> shards = shard_order(start_shard_, cycle_no_);
-    const LadderStep step = shedding_ladder(pressure_, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
+    const LadderStep step =
+        shedding_ladder(pressure_, slow_pressure_, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
 
     // A. PROBE
     const ProbeResult pr = co_await probe(shards);
@@ -78,7 +79,7 @@ Task<int64_t> Sweeper::cycle() {
     // B. DRAIN
     CycleOutcome outcome = CycleOutcome::idle;
     int64_t next_in = pr.next_in_ms;
-    bool capped = false;
+    bool capped = false, out_of_time = false;
     int64_t claimed = 0;
     if (!pr.fire_enabled) {
         // Paused by the operator (or maintenance): nothing is lost, the timers wait.
@@ -93,6 +94,7 @@ Task<int64_t> Sweeper::cycle() {
         DrainResult dr = co_await drain(shards, step.fire_row_budget);
         claimed = dr.claimed;
         capped = dr.capped;
+        out_of_time = dr.out_of_time;
         if (dr.moved > 0) outcome = CycleOutcome::drained;
         else if (dr.empty_claim) outcome = CycleOutcome::empty_claim;
         else if (dr.failed) {
@@ -104,6 +106,7 @@ Task<int64_t> Sweeper::cycle() {
     }
     const int64_t prev_pressure = pressure_;
     pressure_ = capped ? pressure_ + 1 : 0;
+    slow_pressure_ = out_of_time ? slow_pressure_ + 1 : 0;
     if (prev_pressure != pressure_ && (pressure_ == 0 || pressure_ <= 3))
         log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
                  "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
@@ -123,13 +126,15 @@ Task<int64_t> Sweeper::cycle() {
                      cfg_.sweeper_idle_max_sleep_ms,  cfg_.sweeper_idle_after_cycles,
                      cfg_.sweeper_empty_claim_min_ms, cfg_.sweeper_empty_claim_max_ms};
     std::uniform_real_distribution<double> jitter(0.0, 1.0);
-    SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), pressure_};
+    // Only a slow database lengthens the sleep; a backlog goes again at the floor.
+    SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), slow_pressure_};
     const int64_t ms = std::max<int64_t>(1, std::min(compute_sleep_ms(bands, in), ms_until_next_gate()));
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;
         ++f.cycles_total;
         f.pressure = pressure_;
+        f.slow_pressure = slow_pressure_;
         if (capped) ++f.capped_cycles_total;
         f.sleep_ms = ms;
         f.idle_cycles = idle_cycles_;

@@ -24,7 +24,8 @@ Task<Sweeper::DrainResult> Sweeper::drain(std::vector<int16_t> shards, int64_t r
             workers.push_back(drain_worker(shards, acc, rows_left, deadline));
         co_await join_all(std::move(workers));
     }
-    acc.capped = !acc.failed && !acc.empty_claim && (rows_left <= 0 || uv_now(&loop_) >= deadline);
+    acc.out_of_time = !acc.failed && !acc.empty_claim && uv_now(&loop_) >= deadline;
+    acc.capped = !acc.failed && !acc.empty_claim && (rows_left <= 0 || acc.out_of_time);
     co_return acc;
 }
 
@@ -99,14 +100,14 @@ Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult
             // A requested stop finishes the transaction in flight and fires nothing
             // more: the rest of the claim stays in held_ and is handed back at once.
             if (stopping_.load()) co_return;
-            co_await fire_batch(rows, batch, false);
+            co_await fire_batch(rows, batch, false, false);
         }
         acc.moved += got;
         if (got < want) co_return;  // nothing more is due for us right now
     }
 }
 
-Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating) {
+Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait) {
     std::vector<std::string> seg_tenants, seg_queues, seg_parts, keys, tokens;
     std::vector<int64_t> counts, seg_of;
     std::vector<std::string_view> hashes, blobs;
@@ -127,8 +128,10 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
         }
     }
     Query q;
+    // First without waiting on partitions: segments whose partition another broker (or a
+    // push) holds come back "busy", still ours, and go again in a second call that waits.
     q.sql = "SELECT queen.log_timers_fire_v1($1::uuid[], $2::text[], $3::text[], $4::int[], $5, $6, "
-            "$7::text[], $8::int[], $9::uuid[], now())::text";
+            "$7::text[], $8::int[], $9::uuid[], now(), $10::boolean)::text";
     q.params = {text_param(pg_text_array(seg_tenants)),
                 text_param(pg_text_array(seg_queues)),
                 text_param(pg_text_array(seg_parts)),
@@ -137,7 +140,8 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
                 binary_param(pg_bytea_array_binary(blobs), kByteaArrayOid),
                 text_param(pg_text_array(keys)),
                 text_param(pg_int_array(seg_of)),
-                text_param(pg_text_array(tokens))};
+                text_param(pg_text_array(tokens)),
+                text_param(wait ? "true" : "false")};
     q.timeout_ms = cfg_.stmt_timeout_ms;
     PgResult r = co_await pool_->query(Lane::maint, std::move(q));
     auto forget = [&](const PackedSegment &seg) {
@@ -160,6 +164,7 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             int64_t base;
         };
         std::vector<Note> fired_notes;
+        FireBatch busy;
         for (size_t s = 0; s < batch.segments.size() && s < segs.size(); ++s) {
             const auto &sj = segs[s];
             const std::string status = sj.value("status", "");
@@ -178,6 +183,10 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             } else if (status == "duplicate") {
                 dup += sj.value("duplicates", int64_t(0));
                 released += sj.value("released", int64_t(0));
+            } else if (status == "busy") {
+                busy.segments.push_back(seg);  // still claimed and held: not forgotten
+                busy.bytes += seg.bytes;
+                continue;
             }
             forget(seg);
         }
@@ -190,12 +199,10 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             f.duplicate_total += dup;
             f.released_total += released;
             ++f.fire_txns_total;
-            f.fire_bytes_total += static_cast<int64_t>(batch.bytes);
+            f.fire_bytes_total += static_cast<int64_t>(batch.bytes - busy.bytes);
+            f.fire_busy_total += static_cast<int64_t>(busy.segments.size());
             for (auto l : lags) f.fire_lag.add(l);
             f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, lag_max);
-        }
-        if (isolating && fired == 0 && stale == 0 && dup == 0) {
-            // nothing to do: an empty answer for a single timer
         }
         // After the commit, never before: a host can wake its parked consumers now.
         if (fired_fn_) {
@@ -209,6 +216,7 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
                 }
             }
         }
+        if (!busy.segments.empty() && !stopping_.load()) co_await fire_batch(rows, busy, isolating, true);
         co_return;
     }
     if (r.ok) r.message = "fire returned no row";
@@ -235,7 +243,7 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             if (stopping_.load()) co_return;  // the rest is released at stop
             std::vector<ClaimedTimer> one{rows[idx]};
             PackResult p = pack_timers(one, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
-            for (auto &b : p.batches) co_await fire_batch(one, b, true);
+            for (auto &b : p.batches) co_await fire_batch(one, b, true, true);
         }
         co_return;
     }

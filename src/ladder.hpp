@@ -12,8 +12,12 @@ struct LadderStep {
     int64_t fire_row_budget = 0;  // this cycle's row budget for the drain
 };
 
-// pressure = consecutive capped cycles. 1 sheds the prune, 2 or more sheds the
-// rollup too. The fire's budget halves per step, never below one claim batch.
-LadderStep shedding_ladder(int64_t pressure, int64_t cycle_max_rows, int64_t claim_batch);
+// pressure = consecutive capped cycles (the drain hit its row budget or its
+// half-lease deadline). 1 sheds the prune, 2 or more sheds the rollup too.
+// slow_pressure = consecutive cycles whose drain ran out of time: the database is
+// slow, so the fire's budget halves per step, never below one claim batch. A drain
+// that merely used up its rows in good time is a backlog, not a slow database, and
+// keeps its full budget: throttling a healthy fire only makes timers later.
+LadderStep shedding_ladder(int64_t pressure, int64_t slow_pressure, int64_t cycle_max_rows, int64_t claim_batch);
 
 }  // namespace qsw

@@ -34,6 +34,7 @@ nlohmann::json Stats::to_json() {
     j["released_on_stop_total"] = x.released_on_stop_total;
     j["fire_txns_total"] = x.fire_txns_total;
     j["fire_bytes_total"] = x.fire_bytes_total;
+    j["fire_busy_total"] = x.fire_busy_total;
     j["fire_failures"] = {{"transient", x.fire_failures_transient},
                           {"config", x.fire_failures_config},
                           {"permanent", x.fire_failures_permanent}};
@@ -67,6 +68,7 @@ nlohmann::json Stats::to_json() {
                    {"prune", x.phase_prune},
                    {"backstop", x.phase_backstop}};
     j["pressure"] = x.pressure;
+    j["slow_pressure"] = x.slow_pressure;
     j["capped_cycles_total"] = x.capped_cycles_total;
     j["sleep_ms"] = x.sleep_ms;
     j["idle_cycles"] = x.idle_cycles;
@@ -155,6 +157,7 @@ std::string Stats::to_prometheus() {
         }
     }
     metric("pressure", "gauge", "Consecutive capped cycles.", j["pressure"]);
+    metric("slow_pressure", "gauge", "Consecutive cycles whose drain ran out of time.", j["slow_pressure"]);
     metric("sleep_ms", "gauge", "The last computed sleep.", j["sleep_ms"]);
     metric("db_up", "gauge", "1 while a database connection is usable.", nlohmann::json(j["db_state"] == "up"));
     metric("pool_connections_busy", "gauge", "Busy pooled connections.", j["pool"]["busy"]);

@@ -44,6 +44,7 @@ struct Figures {
     int64_t duplicate_total = 0;       // timers whose txn was already in the log
     int64_t released_total = 0;        // claimed rows handed back without delivery
     int64_t fire_txns_total = 0;
+    int64_t fire_busy_total = 0;       // segments deferred because their partition was held elsewhere
     int64_t fire_bytes_total = 0;
     int64_t fire_failures_transient = 0, fire_failures_config = 0, fire_failures_permanent = 0;
     int64_t poisoned_total = 0;        // timers isolated as the cause of a permanent failure
@@ -81,6 +82,7 @@ struct Figures {
     int64_t backstop_next_expiry_unix_ms = -1;
     // The loop.
     int64_t pressure = 0;
+    int64_t slow_pressure = 0;
     int64_t capped_cycles_total = 0;
     int64_t sleep_ms = 0;
     int64_t idle_cycles = 0;

@@ -70,13 +70,14 @@ private:
         int64_t moved = 0;     // rows that left the table (fired, duplicate) or failed over
         int64_t claimed = 0;
         bool empty_claim = false;
-        bool capped = false;
+        bool capped = false;       // hit the row budget or the deadline
+        bool out_of_time = false;  // hit the half-lease deadline: the database is slow
         bool failed = false;
     };
     Task<DrainResult> drain(std::vector<int16_t> shards, int64_t row_budget);
     Task<void> drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
                             uint64_t deadline_mono_ms);
-    Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating);
+    Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait);
     Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
                          const std::string &cls);
     Task<void> release_held();
@@ -137,6 +138,7 @@ private:
     int64_t cycle_no_ = 0;
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
+    int64_t slow_pressure_ = 0;
     bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
     bool prune_shed_logged_ = false, rollup_shed_logged_ = false;
     uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;

@@ -120,7 +120,7 @@ class Queen:
         return self.all("SELECT * FROM queen.log_timers_claim_v1(%s::int2[], %s, %s, %s, %s)",
                         (shards, now, lease_ms, max_rows, per_tenant))
 
-    def fire(self, segments, now=NOW):
+    def fire(self, segments, now=NOW, wait=None):
         """segments: list of (tenant, queue, partition, [claimed rows in frame order]).
         A claimed row is a dict with timer_key, claim_token, txn (from claim())."""
         seg_t, seg_q, seg_p, seg_c, seg_h, seg_b = [], [], [], [], [], []
@@ -136,14 +136,16 @@ class Queen:
                 keys.append(r["timer_key"])
                 segs.append(i)
                 toks.append(r["claim_token"])
-        return self.fire_raw(seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now)
+        return self.fire_raw(seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now, wait)
 
-    def fire_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW):
-        return self.one(
-            "SELECT queen.log_timers_fire_v1(%s::uuid[], %s::text[], %s::text[], %s::int[],"
-            " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s)",
-            (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
-             [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now))
+    def fire_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW, wait=None):
+        args = (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
+                [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now)
+        sql = ("SELECT queen.log_timers_fire_v1(%s::uuid[], %s::text[], %s::text[], %s::int[],"
+               " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s")
+        if wait is None:  # the ten-argument call: waits on partitions
+            return self.one(sql + ")", args)
+        return self.one(sql + ", %s)", args + (wait,))
 
     def fail(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
              backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):

@@ -215,6 +215,33 @@ def test_fire_never_waits_on_timer_rows(q, connections):
     locker.rollback()
 
 
+def test_fire_without_wait_skips_held_partitions_and_keeps_their_claims(q, connections):
+    sched(q, ["a"], partition="p1")
+    sched(q, ["b"], partition="p2")
+    rows = by_key(q.claim())
+    # Provision both partitions, then hold p1 the way another broker's fire would.
+    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p1')", (T1,))
+    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p2')", (T1,))
+    locker = connections()
+    locker.autocommit = False
+    with locker.cursor() as cur:
+        cur.execute("SELECT 1 FROM queen.log_partitions WHERE name = 'p1' FOR UPDATE")
+    from sqlkit import Queen
+    firer = Queen(connections(options="-c statement_timeout=2000"))
+    t0 = time.monotonic()
+    res = firer.fire([(T1, "q", "p1", [rows["a"]]), (T1, "q", "p2", [rows["b"]])], wait=False)
+    assert time.monotonic() - t0 < 1.0, "a fire without wait waited on a partition"
+    assert [s["status"] for s in res["segments"]] == ["busy", "fired"]
+    assert res["busy"] == 1 and res["fired"] == 1 and res["released"] == 0
+    # The busy timer is still claimed by the same token, so the caller can fire it again.
+    left = q.all("SELECT timer_key, claim_token FROM queen.log_timers")
+    assert [(r["timer_key"], str(r["claim_token"])) for r in left] == [("a", str(rows["a"]["claim_token"]))]
+    locker.rollback()
+    res = firer.fire([(T1, "q", "p1", [rows["a"]])], wait=True)
+    assert [s["status"] for s in res["segments"]] == ["fired"]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+
+
 def test_empty_fire(q):
     res = q.fire([])
     assert res == {"segments": [], "fired": 0, "stale": 0, "duplicate": 0, "released": 0}
