@@ -216,6 +216,7 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
                 }
             }
         }
+        publish_pool();  // a long drain still shows its pool figures as it goes
         if (!busy.segments.empty() && !stopping_.load()) co_await fire_batch(rows, busy, isolating, true);
         co_return;
     }
