@@ -18,11 +18,17 @@ using namespace std::chrono;
 namespace {
 
 nlohmann::json stats(queen_sweeper *sw) {
-    int64_t n = queen_sweeper_stats(sw, nullptr, 0);
-    std::string s(static_cast<size_t>(n) + 1, '\0');
-    queen_sweeper_stats(sw, s.data(), s.size());
-    s.resize(static_cast<size_t>(n));
-    return nlohmann::json::parse(s);
+    // The figures move between two calls, so grow the buffer until the text fits.
+    std::string s(4096, '\0');
+    for (;;) {
+        const int64_t n = queen_sweeper_stats(sw, s.data(), s.size());
+        if (n < 0) throw std::runtime_error(queen_sweeper_last_error());
+        if (static_cast<size_t>(n) < s.size()) {
+            s.resize(static_cast<size_t>(n));
+            return nlohmann::json::parse(s);
+        }
+        s.assign(static_cast<size_t>(n) * 2, '\0');
+    }
 }
 
 queen_sweeper *make(const std::string &extra = "", const std::string &ci = testdb::conninfo()) {
