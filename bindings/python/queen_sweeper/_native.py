@@ -173,28 +173,42 @@ def open_library(explicit, env_name: str, file_name: str, soname: str,
         "directory. Tried:\n  " + "\n  ".join(tried))
 
 
-class Native:
-    """A loaded libqueen_sweeper with its prototypes declared and its major checked."""
+class LoadedLibrary:
+    """A loaded shared library: its prototypes declared once, reachable without the
+    prefix (lib.create for queen_sweeper_create), and its ABI major checked."""
+
+    PREFIX = ""
+    ABI = (0, 0)
+    PROTOTYPES: list = []
 
     def __init__(self, cdll: ctypes.CDLL, path: str):
         self.cdll = cdll
         self.path = path
-        for name, restype, argtypes in _PROTOTYPES:
+        for name, restype, argtypes in self.PROTOTYPES:
             fn = getattr(cdll, name)
             fn.restype = restype
             fn.argtypes = argtypes
-            setattr(self, name[len("queen_sweeper_"):], fn)
+            setattr(self, name[len(self.PREFIX):], fn)
         packed = self.abi_version()
         self.abi_major, self.abi_minor = packed >> 16, packed & 0xFFFF
-        if self.abi_major != ABI_MAJOR:
+        major, minor = self.ABI
+        if self.abi_major != major:
             raise VersionMismatch(
                 -95,
-                f"{path} implements queen_sweeper ABI {self.abi_major}.{self.abi_minor}, "
-                f"but these bindings need ABI {ABI_MAJOR}.x (built against {ABI_MAJOR}.{ABI_MINOR})")
+                f"{path} implements {self.PREFIX.rstrip('_')} ABI {self.abi_major}.{self.abi_minor}, "
+                f"but these bindings need ABI {major}.x (built against {major}.{minor})")
 
     def last_error_text(self) -> str:
         raw = self.last_error()
         return raw.decode("utf-8", "replace") if raw else ""
+
+
+class Native(LoadedLibrary):
+    """A loaded libqueen_sweeper."""
+
+    PREFIX = "queen_sweeper_"
+    ABI = (ABI_MAJOR, ABI_MINOR)
+    PROTOTYPES = _PROTOTYPES
 
 
 _cache: dict[str, Native] = {}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from . import _lifetime, _native
-from .errors import Empty, StateError, VersionMismatch, check
+from .errors import Empty, StateError, check
 from .sweeper import _guarded, read_snprintf
 
 ABI_MAJOR = 1
@@ -155,28 +155,12 @@ _PROTOTYPES = [
 ]
 
 
-class EphemeralNative:
-    """A loaded libqueen_ephemeral with its prototypes declared and its major checked."""
+class EphemeralNative(_native.LoadedLibrary):
+    """A loaded libqueen_ephemeral."""
 
-    def __init__(self, cdll: ctypes.CDLL, path: str):
-        self.cdll = cdll
-        self.path = path
-        for name, restype, argtypes in _PROTOTYPES:
-            fn = getattr(cdll, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-            setattr(self, name[len("queen_ephemeral_"):], fn)
-        packed = self.abi_version()
-        self.abi_major, self.abi_minor = packed >> 16, packed & 0xFFFF
-        if self.abi_major != ABI_MAJOR:
-            raise VersionMismatch(
-                -95,
-                f"{path} implements queen_ephemeral ABI {self.abi_major}.{self.abi_minor}, "
-                f"but these bindings need ABI {ABI_MAJOR}.x (built against {ABI_MAJOR}.{ABI_MINOR})")
-
-    def last_error_text(self) -> str:
-        raw = self.last_error()
-        return raw.decode("utf-8", "replace") if raw else ""
+    PREFIX = "queen_ephemeral_"
+    ABI = (ABI_MAJOR, ABI_MINOR)
+    PROTOTYPES = _PROTOTYPES
 
 
 _cache: dict[str, EphemeralNative] = {}
