@@ -321,3 +321,124 @@ def test_concurrent_fire_of_the_same_txn_on_two_partitions(q, connections):
     idx = q.all("SELECT partition_id, log_offset FROM queen.log_txn_index WHERE hash = %s",
                 (txn_hash("X"),))
     assert len(idx) == 1 and idx[0]["log_offset"] == 1
+
+
+def test_repeated_txn_chain_in_one_call(q):
+    """A later segment is a duplicate only through an earlier segment that was appended:
+    an earlier duplicate segment writes no index rows."""
+    q.push(["old"])
+    sched(q, ["a1", "a2", "b", "c"], txns=["old", "H", "H", "H"])
+    rows = by_key(q.claim())
+    res = q.fire([(T1, "q", "Default", [rows["a1"], rows["a2"]]),   # duplicate through "old"
+                  (T1, "q", "Default", [rows["b"]]),                # H not in the log: fired
+                  (T1, "q", "Default", [rows["c"]])])               # H written by b
+    assert res["segments"][0] == {"status": "duplicate", "duplicates": 1, "released": 1}
+    assert res["segments"][1]["status"] == "fired" and res["segments"][1]["baseOffset"] == 1
+    assert res["segments"][2] == {"status": "duplicate", "duplicates": 1, "released": 0}
+    assert (res["fired"], res["duplicate"], res["released"]) == (1, 2, 1)
+    left = q.all("SELECT timer_key, claim_token FROM queen.log_timers")
+    assert [(r["timer_key"], r["claim_token"]) for r in left] == [("a2", None)]
+    assert q.one("SELECT last_offset FROM queen.log_partitions") == 1
+
+
+def test_repeated_txn_in_one_call_with_window_zero(q):
+    q.push(["seed"])
+    q.exec("UPDATE queen.queues SET dedup_window_ms = 0")
+    sched(q, ["a", "b", "c"], txns=["X", "X", "Y"])
+    rows = by_key(q.claim())
+    res = q.fire([(T1, "q", "Default", [rows["a"], rows["c"]]), (T1, "q", "Default", [rows["b"]])])
+    assert [(s["status"], s["baseOffset"], s["endOffset"]) for s in res["segments"]] == \
+        [("fired", 1, 2), ("fired", 3, 3)]
+    idx = q.all("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (txn_hash("X"),))
+    assert [i["log_offset"] for i in idx] == [3]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+
+
+def test_segments_across_partitions_and_queues_in_one_call(q):
+    sched(q, ["a", "b"], partition="P1")
+    sched(q, ["c"], partition="P2")
+    sched(q, ["d"], queue="other", partition="P1")
+    sched(q, ["e"], partition="P1")
+    rows = by_key(q.claim())
+    res = q.fire([(T1, "q", "P1", [rows["a"]]), (T1, "q", "P2", [rows["c"]]),
+                  (T1, "other", "P1", [rows["d"]]), (T1, "q", "P1", [rows["b"], rows["e"]])])
+    assert [(s["status"], s["baseOffset"], s["endOffset"]) for s in res["segments"]] == \
+        [("fired", 0, 0), ("fired", 0, 0), ("fired", 0, 0), ("fired", 1, 2)]
+    assert res["segments"][0]["partitionId"] == res["segments"][3]["partitionId"]
+    assert len({s["partitionId"] for s in res["segments"]}) == 3
+    assert [s["base_offset"] for s in q.read(partition="P1")] == [0, 1]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == 5
+
+
+def test_lost_race_undoes_only_the_losing_segment(q, connections):
+    """A call whose set-based append loses one hash to a concurrent writer answers that
+    segment duplicate and still appends the others, with contiguous offsets."""
+    import threading
+    from sqlkit import Queen
+    q.push(["seed"], partition="P1")
+    q.push(["seed2"], partition="P2")
+    sched(q, ["a"], txns=["X"], partition="P1")
+    sched(q, ["b", "c", "d"], txns=["X", "Y", "Z"], partition="P2")
+    rows = by_key(q.claim())
+    first = connections()
+    first.autocommit = False
+    assert Queen(first).fire([(T1, "q", "P1", [rows["a"]])])["fired"] == 1
+    second = connections(options="-c statement_timeout=10000")
+    pid = second.get_backend_pid()
+    out = {}
+
+    def run():
+        try:
+            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["c"]]),
+                                             (T1, "q", "P2", [rows["b"], rows["d"]])])
+        except Exception as e:                  # noqa: BLE001
+            out["err"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 5
+    waiting = None
+    while time.monotonic() < deadline:
+        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+        if waiting == "Lock":
+            break
+        time.sleep(0.02)
+    assert waiting == "Lock"
+    first.commit()
+    t.join(10)
+    assert "err" not in out, out.get("err")
+    segs = out["res"]["segments"]
+    assert (segs[0]["status"], segs[0]["baseOffset"], segs[0]["endOffset"]) == ("fired", 1, 1)
+    assert segs[1] == {"status": "duplicate", "duplicates": 1, "released": 1}
+    assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 1
+    assert [s["base_offset"] for s in q.read(partition="P2")] == [0, 1]
+    left = q.all("SELECT timer_key, claim_token FROM queen.log_timers")
+    assert [(r["timer_key"], r["claim_token"]) for r in left] == [("d", None)]
+    assert q.one("SELECT count(*) FROM queen.log_txn_index WHERE hash = %s", (txn_hash("Z"),)) == 0
+    idx = q.all("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (txn_hash("X"),))
+    assert [i["log_offset"] for i in idx] == [1]
+
+
+def test_stale_and_busy_and_fired_in_one_call(q, connections):
+    sched(q, ["a"], partition="P1")
+    sched(q, ["b", "c"], partition="P2")
+    sched(q, ["d"], partition="P3")
+    rows = by_key(q.claim())
+    q.push(["x"], partition="P3")
+    holder = connections()
+    holder.autocommit = False
+    holder.cursor().execute("SELECT 1 FROM queen.log_partitions WHERE name = 'P3' FOR UPDATE")
+    bad = dict(rows["c"], claim_token=str(uuid.uuid4()))
+    res = q.fire([(T1, "q", "P1", [rows["a"]]), (T1, "q", "P2", [rows["b"], bad]),
+                  (T1, "q", "P3", [rows["d"]])], wait=False)
+    holder.rollback()
+    assert res["segments"][0]["status"] == "fired"
+    assert res["segments"][1] == {"status": "stale", "held": 1}
+    assert res["segments"][2] == {"status": "busy", "count": 1}
+    assert (res["fired"], res["stale"], res["released"], res["busy"]) == (1, 1, 1, 1)
+    left = {r["timer_key"]: r for r in q.all("SELECT timer_key, claim_token FROM queen.log_timers")}
+    assert set(left) == {"b", "c", "d"}
+    assert left["b"]["claim_token"] is None
+    assert str(left["c"]["claim_token"]) == str(rows["c"]["claim_token"])
+    assert str(left["d"]["claim_token"]) == str(rows["d"]["claim_token"])
