@@ -165,6 +165,8 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
         };
         std::vector<Note> fired_notes;
         FireBatch busy;
+        std::vector<size_t> stale_rows;
+        int64_t stale_unheld = 0;
         for (size_t s = 0; s < batch.segments.size() && s < segs.size(); ++s) {
             const auto &sj = segs[s];
             const std::string status = sj.value("status", "");
@@ -179,7 +181,10 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
                 fired_notes.push_back({s, sj.value("baseOffset", int64_t(-1))});
             } else if (status == "stale") {
                 ++stale;
-                released += sj.value("held", int64_t(0));
+                const int64_t held = sj.value("held", int64_t(0));
+                released += held;
+                stale_unheld += static_cast<int64_t>(seg.count) - held;
+                stale_rows.insert(stale_rows.end(), seg.rows.begin(), seg.rows.end());
             } else if (status == "duplicate") {
                 dup += sj.value("duplicates", int64_t(0));
                 released += sj.value("released", int64_t(0));
@@ -217,6 +222,10 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             }
         }
         publish_pool();  // a long drain still shows its pool figures as it goes
+        // A row the fire could not lock is not necessarily lost to us: another broker's
+        // claim may have held it for an instant (SKIP LOCKED) while our token is still on
+        // it. Hand such rows back now, token-matched, instead of leaving them to the lease.
+        if (stale_unheld > 0 && !hard_stop_.load()) co_await release_rows(rows, stale_rows, stale_unheld);
         if (!busy.segments.empty() && !stopping_.load()) co_await fire_batch(rows, busy, isolating, true);
         co_return;
     }
@@ -316,6 +325,35 @@ Task<void> Sweeper::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector
         stats_.f.dlq_total += moved;
     }
     log_.warn(std::to_string(moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
+}
+
+Task<void> Sweeper::release_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which,
+                                  int64_t expected) {
+    std::vector<std::string> tenants, queues, keys, tokens;
+    for (size_t idx : which) {
+        tenants.push_back(rows[idx].tenant);
+        queues.push_back(rows[idx].queue);
+        keys.push_back(rows[idx].timer_key);
+        tokens.push_back(rows[idx].claim_token);
+    }
+    int64_t released = 0;
+    // Twice at most: the lock that made the fire skip a row lasts one claim statement.
+    for (int attempt = 0; attempt < 2 && released < expected; ++attempt) {
+        if (attempt > 0) co_await delay(25);
+        Query q;
+        q.sql = "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
+        q.params = {text_param(pg_text_array(tenants)), text_param(pg_text_array(queues)),
+                    text_param(pg_text_array(keys)), text_param(pg_text_array(tokens))};
+        q.timeout_ms = cfg_.stmt_timeout_ms;
+        PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+        if (!r.ok || r.rows() != 1) {
+            note_error("release of stale rows", r);
+            break;
+        }
+        released += std::stoll(r.get(0, 0));
+    }
+    std::lock_guard<std::mutex> g(stats_.mu);
+    stats_.f.released_total += released;
 }
 
 Task<void> Sweeper::release_held() {

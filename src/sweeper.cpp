@@ -349,6 +349,24 @@ Task<void> Sweeper::sleep_for(int64_t ms) {
     sleep_deadline_unix_ms_ = 0;
 }
 
+CallbackAwaiter<int> Sweeper::delay(int64_t ms) {
+    return CallbackAwaiter<int>{[this, ms](std::function<void(int)> done) {
+                                    auto *t = new uv_timer_t;
+                                    uv_timer_init(&loop_, t);
+                                    t->data = new std::function<void(int)>(std::move(done));
+                                    uv_timer_start(t, [](uv_timer_t *h) {
+                                        auto *fn = static_cast<std::function<void(int)> *>(h->data);
+                                        uv_close(reinterpret_cast<uv_handle_t *>(h), [](uv_handle_t *c) {
+                                            delete reinterpret_cast<uv_timer_t *>(c);
+                                        });
+                                        auto f = std::move(*fn);
+                                        delete fn;
+                                        f(0);
+                                    }, static_cast<uint64_t>(std::max<int64_t>(ms, 0)), 0);
+                                },
+                                {}, {}, false};
+}
+
 CallbackAwaiter<int> Sweeper::join_all(std::vector<Task<void>> tasks) {
     auto shared = std::make_shared<std::vector<Task<void>>>(std::move(tasks));
     return CallbackAwaiter<int>{[this, shared](std::function<void(int)> done) {

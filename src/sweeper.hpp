@@ -81,10 +81,12 @@ private:
     Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
                          const std::string &cls);
     Task<void> release_held();
+    Task<void> release_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected);
     Task<bool> kv_prune(const std::vector<int16_t> &shards, int64_t row_budget, bool &kv_work);
     void phase_off_config(const char *phase, const PgResult &r);
     Task<bool> usage_rollup(const std::vector<int16_t> &shards);
     Task<void> sleep_for(int64_t ms);
+    CallbackAwaiter<int> delay(int64_t ms);  // a plain pause: not the cycle's sleep, not woken
     CallbackAwaiter<int> join_all(std::vector<Task<void>> tasks);
     void run_backstop();
     void schedule_backstop(int64_t at_unix_ms);
