@@ -337,9 +337,10 @@ Task<void> Sweeper::release_rows(std::vector<ClaimedTimer> &rows, const std::vec
         tokens.push_back(rows[idx].claim_token);
     }
     int64_t released = 0;
-    // Twice at most: the lock that made the fire skip a row lasts one claim statement.
-    for (int attempt = 0; attempt < 2 && released < expected; ++attempt) {
-        if (attempt > 0) co_await delay(25);
+    // The lock that made the fire skip a row usually lasts one claim statement; a few
+    // short retries (25, 50, 100, 200 ms) cover a longer holder before the lease does.
+    for (int attempt = 0; attempt < 5 && released < expected && !stopping_.load(); ++attempt) {
+        if (attempt > 0) co_await delay(int64_t(25) << (attempt - 1));
         Query q;
         q.sql = "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
         q.params = {text_param(pg_text_array(tenants)), text_param(pg_text_array(queues)),
