@@ -5,15 +5,6 @@
 
 namespace qsw {
 
-std::string shards_param(const std::vector<int16_t> &shards) {
-    std::string s = "{";
-    for (size_t i = 0; i < shards.size(); ++i) {
-        if (i) s += ',';
-        s += std::to_string(shards[i]);
-    }
-    return s + "}";
-}
-
 Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     Query q;
     q.sql = "SELECT queen.log_timers_due_v1($1::int2[], now(), $2::int)::text";

@@ -51,6 +51,15 @@ std::string pg_bytea_array_binary(const std::vector<std::string_view> &items) {
     return s;
 }
 
+std::string shards_param(const std::vector<int16_t> &shards) {
+    std::string s = "{";
+    for (size_t i = 0; i < shards.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(shards[i]);
+    }
+    return s + "}";
+}
+
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;

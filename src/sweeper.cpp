@@ -120,7 +120,8 @@ int Sweeper::start() {
     uv_async_init(&loop_, &stop_async_, [](uv_async_t *a) { static_cast<Sweeper *>(a->data)->on_stop_signal(); });
     uv_async_init(&loop_, &backstop_async_, [](uv_async_t *a) {
         auto *s = static_cast<Sweeper *>(a->data);
-        s->schedule_backstop(s->backstop_hint_.exchange(INT64_MAX));
+        s->backstop_hint_.store(INT64_MAX);  // re-armed: the next earlier instant rings again
+        s->schedule_backstop();
     });
     wake_async_.data = stop_async_.data = backstop_async_.data = this;
     uv_timer_init(&loop_, &sleep_timer_);
@@ -424,16 +425,15 @@ void Sweeper::run_backstop() {
     if (rc != 0) log_.warn("ephemeral backstop sweep failed with status " + std::to_string(rc));
     // The next pass: in one second, or at the engine's next lease or ttl instant if
     // that is later than one second from now it changes nothing; never sooner.
-    schedule_backstop(rc == 0 && r.next_expiry_unix_ms >= 0 ? r.next_expiry_unix_ms : INT64_MAX);
+    schedule_backstop();
 }
 
-void Sweeper::schedule_backstop(int64_t at) {
+void Sweeper::schedule_backstop() {
     if (!has_backstop_ || stopping_.load()) return;
     // At most once a second, a constant. The engine rings its own leases to the
     // millisecond on every touch; this pass is only the floor under a lost hint, so a
-    // hint (at) can re-arm the timer if it lapsed but never brings a pass closer than
-    // one second after the previous one.
-    (void)at;
+    // hint can re-arm the timer if it lapsed but never brings a pass closer than one
+    // second after the previous one.
     const int64_t now = wall_now_ms();
     const int64_t next = backstop_last_run_unix_ms_ + 1000;
     if (uv_is_active(reinterpret_cast<uv_handle_t *>(&backstop_timer_))) return;

@@ -89,7 +89,7 @@ private:
     CallbackAwaiter<int> delay(int64_t ms);  // a plain pause: not the cycle's sleep, not woken
     CallbackAwaiter<int> join_all(std::vector<Task<void>> tasks);
     void run_backstop();
-    void schedule_backstop(int64_t at_unix_ms);
+    void schedule_backstop();
     bool ring(uv_async_t *doorbell) noexcept;
     void on_wake_signal();
     void on_stop_signal();
@@ -142,7 +142,6 @@ private:
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
     bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
-    bool prune_shed_logged_ = false, rollup_shed_logged_ = false;
     uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
     double last_quota_ratio_ = 0;
     int64_t backstop_last_run_unix_ms_ = 0;
