@@ -201,6 +201,16 @@ TEST_F(Lifecycle, TheDatabaseStopsAndComesBackAndTheSweeperReconnectsByItself) {
     char tmpl[] = "/tmp/queen-restart-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     const std::string dir = tmpl;
+    // Stopped and removed however the test ends, a failed assertion included.
+    struct ClusterGuard {
+        std::string dir;
+        ~ClusterGuard() {
+            try {
+                testdb::run(testdb::pg_script() + " stop " + dir);
+            } catch (...) {
+            }
+        }
+    } guard{dir};
     const std::string env = testdb::run(testdb::pg_script() + " start " + dir);
     auto p = env.find("QUEEN_TEST_CONNINFO='");
     ASSERT_NE(p, std::string::npos);
@@ -226,7 +236,6 @@ TEST_F(Lifecycle, TheDatabaseStopsAndComesBackAndTheSweeperReconnectsByItself) {
     EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
     expect_clean_teardown(sw);
     queen_sweeper_destroy(&sw);
-    testdb::run(testdb::pg_script() + " stop " + dir);
     bool said_down = false, said_up = false;
     for (auto &l : logs) {
         said_down = said_down || l.find("database unavailable") != std::string::npos;
