@@ -211,17 +211,24 @@ class Native(LoadedLibrary):
     PROTOTYPES = _PROTOTYPES
 
 
-_cache: dict[str, Native] = {}
+_cache: dict[tuple, LoadedLibrary] = {}
 _cache_lock = threading.Lock()
 
 
-def load(library=None) -> Native:
-    """The Native for `library` (a path), or for the first library found; cached per path."""
+def load_cached(cls, library, env_name: str, file_name: str, soname: str,
+                sub_dirs: tuple[str, ...] = ("",)):
+    """The `cls` for `library` (a path), or for the first library found; one per class and
+    path, so every owner shares the prototypes declared once."""
     with _cache_lock:
-        key = os.fspath(library) if library else ""
+        key = (cls, os.fspath(library) if library else "")
         native = _cache.get(key)
         if native is None:
-            cdll, path = open_library(library, LIBRARY_ENV, LIBRARY_FILE, LIBRARY_SONAME)
-            native = _cache.get(path) or Native(cdll, path)
-            _cache[key] = _cache[path] = native
+            cdll, path = open_library(library, env_name, file_name, soname, sub_dirs)
+            native = _cache.get((cls, path)) or cls(cdll, path)
+            _cache[key] = _cache[(cls, path)] = native
         return native
+
+
+def load(library=None) -> Native:
+    """The Native for `library` (a path), or for the first library found."""
+    return load_cached(Native, library, LIBRARY_ENV, LIBRARY_FILE, LIBRARY_SONAME)

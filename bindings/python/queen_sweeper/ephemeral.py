@@ -163,21 +163,10 @@ class EphemeralNative(_native.LoadedLibrary):
     PROTOTYPES = _PROTOTYPES
 
 
-_cache: dict[str, EphemeralNative] = {}
-_cache_lock = threading.Lock()
-
-
 def load(library=None) -> EphemeralNative:
-    """The EphemeralNative for `library` (a path), or for the first one found; cached."""
-    with _cache_lock:
-        key = str(library) if library else ""
-        native = _cache.get(key)
-        if native is None:
-            cdll, path = _native.open_library(library, LIBRARY_ENV, LIBRARY_FILE, LIBRARY_SONAME,
-                                              sub_dirs=("plugins/ephemeral", ""))
-            native = _cache.get(path) or EphemeralNative(cdll, path)
-            _cache[key] = _cache[path] = native
-        return native
+    """The EphemeralNative for `library` (a path), or for the first one found."""
+    return _native.load_cached(EphemeralNative, library, LIBRARY_ENV, LIBRARY_FILE, LIBRARY_SONAME,
+                               sub_dirs=("plugins/ephemeral", ""))
 
 
 # ---------------------------------------------------------------------------
