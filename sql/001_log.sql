@@ -154,7 +154,8 @@ CREATE TABLE IF NOT EXISTS queen.system_state (
 -- Locks: none (plain read of queen.system_state).
 CREATE OR REPLACE FUNCTION queen.switch_enabled_v1(p_key text, p_default boolean)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     SELECT coalesce(
         (SELECT CASE
@@ -173,6 +174,44 @@ $fn$;
 -- Internal helpers shared by the push and the fire
 -- ---------------------------------------------------------------------------------------
 
+-- queen.check_now_v1(fn, now): raises 22023, message naming fn and the accepted range,
+-- unless now is a finite instant in [1970-01-01, 10000-01-01) UTC. Every function that
+-- takes the caller's `now` calls it first: an infinite now used to fail deep inside with
+-- 0A000 (epoch milliseconds of infinity), and an instant near the end of the timestamp
+-- range overflows (22008) once a delay or a TTL is added. Locks: none.
+CREATE OR REPLACE FUNCTION queen.check_now_v1(p_fn text, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION '%: now must not be null', p_fn USING ERRCODE = '22023';
+    END IF;
+    IF NOT (p_now >= timestamptz '1970-01-01 00:00:00+00' AND p_now < timestamptz '10000-01-01 00:00:00+00') THEN
+        RAISE EXCEPTION '%: now is %, outside the accepted range [1970-01-01, 10000-01-01) UTC',
+            p_fn, p_now USING ERRCODE = '22023';
+    END IF;
+END
+$fn$;
+
+-- queen.check_bytes_v1(fn, what, value, limit, why): raises 22023 when value is longer than
+-- limit bytes, with a message naming fn, the field (what), its size, the limit and why the
+-- limit exists. Checks the length only, so it costs nothing on a huge value. Locks: none.
+CREATE OR REPLACE FUNCTION queen.check_bytes_v1(p_fn text, p_what text, p_value text, p_limit int, p_why text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+BEGIN
+    IF p_value IS NOT NULL AND octet_length(p_value) > p_limit THEN
+        RAISE EXCEPTION '%: %: % bytes, over the %-byte limit (%)',
+            p_fn, p_what, octet_length(p_value), p_limit, p_why USING ERRCODE = '22023';
+    END IF;
+    RETURN p_value;
+END
+$fn$;
+
 -- queen.log_provision_v1(tenant, queue, partition) -> (queue_id, partition_id, dedup_window_ms)
 -- Creates the queue and the partition when missing and returns their ids.
 -- Locks, in order: queues (the inserted row, or a wait on a concurrent inserter of the same
@@ -182,6 +221,7 @@ CREATE OR REPLACE FUNCTION queen.log_provision_v1(
     p_tenant uuid, p_queue text, p_partition text,
     OUT queue_id bigint, OUT partition_id bigint, OUT dedup_window_ms bigint)
 LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 #variable_conflict use_column
 BEGIN
@@ -222,6 +262,7 @@ CREATE OR REPLACE FUNCTION queen.log_append_v1(
     p_queue_id bigint, p_partition_id bigint, p_count int, p_hashes bytea, p_blob bytea,
     p_now timestamptz, OUT base_offset bigint, OUT end_offset bigint)
 LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 BEGIN
     UPDATE queen.log_partitions p
@@ -263,7 +304,8 @@ $fn$;
 -- push is the producer's own write and is always appended); it does record the segment's
 -- hashes in the dedup index, so a timer fired later with one of these transaction ids is a
 -- duplicate. Provisions the queue and partition when missing.
--- Refused with 22023: null arguments, count < 1, hashes not 16 * count bytes.
+-- Refused with 22023: null arguments, now outside [1970, 10000) (check_now_v1), empty
+-- names, queue or partition over 512 bytes, count < 1, hashes not 16 * count bytes.
 -- Locks, in order: queues (provisioning insert only), log_partitions (provisioning insert,
 -- then the partition row FOR UPDATE), then new rows of log_segments / log_txns /
 -- log_txn_index.
@@ -271,7 +313,8 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_tenant uuid, p_queue text, p_partition text, p_count int, p_hashes bytea,
     p_blob bytea, p_now timestamptz)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_prov   record;
@@ -281,15 +324,20 @@ BEGIN
        OR p_hashes IS NULL OR p_blob IS NULL OR p_now IS NULL THEN
         RAISE EXCEPTION 'log_push_v1: no argument may be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('log_push_v1', p_now);
     IF p_queue = '' OR p_partition = '' THEN
         RAISE EXCEPTION 'log_push_v1: queue and partition must not be empty' USING ERRCODE = '22023';
     END IF;
+    -- The same name limits as log_timers_apply_v1 (002): both land in the same unique indexes.
+    PERFORM queen.check_bytes_v1('log_push_v1', 'queue', p_queue, 512, 'names are index keys');
+    PERFORM queen.check_bytes_v1('log_push_v1', 'partition', p_partition, 512, 'names are index keys');
     IF p_count < 1 THEN
         RAISE EXCEPTION 'log_push_v1: count must be at least 1 (got %)', p_count USING ERRCODE = '22023';
     END IF;
-    IF octet_length(p_hashes) <> 16 * p_count THEN
+    -- In bigint: 16 * count overflows int for a count past 134 million (22003 otherwise).
+    IF octet_length(p_hashes) <> 16::bigint * p_count THEN
         RAISE EXCEPTION 'log_push_v1: hashes must be 16 * count = % bytes (got %)',
-            16 * p_count, octet_length(p_hashes) USING ERRCODE = '22023';
+            16::bigint * p_count, octet_length(p_hashes) USING ERRCODE = '22023';
     END IF;
 
     v_prov := queen.log_provision_v1(p_tenant, p_queue, p_partition);
@@ -312,7 +360,8 @@ CREATE OR REPLACE FUNCTION queen.log_read_v1(
     p_tenant uuid, p_queue text, p_partition text, p_from_offset bigint, p_max_segments int)
 RETURNS TABLE (base_offset bigint, end_offset bigint, count int, hashes bytea, blob bytea,
                created_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     SELECT s.base_offset, s.end_offset, s.count, t.hashes, s.blob, s.created_at
       FROM queen.queues q

@@ -98,11 +98,14 @@ $apply$;
 -- ---------------------------------------------------------------------------------------
 
 -- queen.epoch_ms_v1(ts) -> bigint: Unix epoch milliseconds, rounded down. Locks: none.
+-- No SET search_path: a SET clause stops the planner from inlining a SQL function, and this
+-- one runs per row (claim, list, usage). Its body names every function and operator with
+-- its schema instead, so an inlined copy means the same under any caller's search_path.
 CREATE OR REPLACE FUNCTION queen.epoch_ms_v1(p_ts timestamptz)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT
 AS $fn$
-    SELECT floor(extract(epoch FROM p_ts) * 1000)::bigint
+    SELECT pg_catalog.floor(pg_catalog.extract('epoch', p_ts) OPERATOR(pg_catalog.*) 1000)::bigint
 $fn$;
 
 -- queen.all_shards_v1() -> int2[]: 0..63 in order, for callers that pass null shards.
@@ -110,6 +113,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.all_shards_v1()
 RETURNS int2[]
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     SELECT array_agg(g::int2 ORDER BY g) FROM generate_series(0, 63) AS g
 $fn$;
@@ -121,6 +125,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_op_field_v1(
     p_op jsonb, p_idx int, p_field text, p_type text, p_required boolean)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_val jsonb := p_op -> p_field;
@@ -153,6 +158,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_payload_json_v1(
     p_payload bytea, p_zstd boolean, p_encrypted boolean)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_raw   jsonb := jsonb_build_object('_raw_b64', translate(encode(p_payload, 'base64'), E'\n\r', ''));
@@ -180,6 +186,128 @@ BEGIN
 END
 $fn$;
 
+-- queen.zstd_frame_problem_v1(payload, max_content) -> text
+-- NULL when payload is exactly one zstd frame the sweeper can inflate within max_content
+-- bytes; otherwise why not, in words. Read from the frame format (RFC 8878): magic number
+-- 0xFD2FB528 little-endian; the Frame_Header_Descriptor (reserved bit clear; no dictionary,
+-- since the sweeper has none); Frame_Content_Size present (a frame that does not declare
+-- its size could inflate to anything) and at most max_content; then the blocks walked to
+-- the one marked last (none of the reserved type, none over 128 KiB, raw and RLE blocks
+-- not regenerating more than declared), the checksum if flagged, and nothing after it
+-- (a second frame appended to a small first one would inflate unchecked). zstd itself
+-- refuses a frame whose blocks inflate to other than its declared size, so the declared
+-- size bounds what the packer inflates. At most 4096 blocks: every real encoder writes
+-- blocks of up to 128 KiB, and the walk stays cheap on a hostile megabyte of empty blocks.
+-- Pure. Locks: none.
+CREATE OR REPLACE FUNCTION queen.zstd_frame_problem_v1(p_payload bytea, p_max_content bigint)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    c_max_block  constant int := 131072;
+    c_max_blocks constant int := 4096;
+    v_len      int := octet_length(p_payload);
+    v_fhd      int;
+    v_single   boolean;
+    v_did_len  int;
+    v_fcs_len  int;
+    v_pos      int;
+    v_k        int;
+    v_declared numeric := 0;
+    v_plain    numeric := 0;
+    v_header   int;
+    v_type     int;
+    v_size     int;
+    v_blocks   int := 0;
+BEGIN
+    IF v_len < 4 OR get_byte(p_payload, 0) <> 40 OR get_byte(p_payload, 1) <> 181
+       OR get_byte(p_payload, 2) <> 47 OR get_byte(p_payload, 3) <> 253 THEN
+        RETURN 'not a zstd frame (no magic number 0xFD2FB528 at byte 0)';
+    END IF;
+    IF v_len < 5 THEN
+        RETURN 'zstd frame header truncated';
+    END IF;
+    v_fhd := get_byte(p_payload, 4);
+    IF v_fhd & 8 <> 0 THEN
+        RETURN 'zstd frame header descriptor has its reserved bit set';
+    END IF;
+    v_single := v_fhd & 32 <> 0;
+    v_did_len := (ARRAY[0, 1, 2, 4])[(v_fhd & 3) + 1];
+    v_fcs_len := CASE v_fhd >> 6 WHEN 0 THEN CASE WHEN v_single THEN 1 ELSE 0 END
+                                 WHEN 1 THEN 2 WHEN 2 THEN 4 ELSE 8 END;
+    v_pos := 5 + CASE WHEN v_single THEN 0 ELSE 1 END;
+    IF v_pos + v_did_len + v_fcs_len > v_len THEN
+        RETURN 'zstd frame header truncated';
+    END IF;
+    FOR v_k IN 0 .. v_did_len - 1 LOOP
+        IF get_byte(p_payload, v_pos + v_k) <> 0 THEN
+            RETURN 'zstd frame needs a dictionary (the sweeper has none)';
+        END IF;
+    END LOOP;
+    v_pos := v_pos + v_did_len;
+    IF v_fcs_len = 0 THEN
+        RETURN format('zstd frame does not declare its content size (Frame_Content_Size absent),'
+                      ' so the %s-byte limit cannot be checked', p_max_content);
+    END IF;
+    FOR v_k IN REVERSE v_fcs_len - 1 .. 0 LOOP
+        v_declared := v_declared * 256 + get_byte(p_payload, v_pos + v_k);
+    END LOOP;
+    IF v_fcs_len = 2 THEN
+        v_declared := v_declared + 256;
+    END IF;
+    v_pos := v_pos + v_fcs_len;
+    IF v_declared > p_max_content THEN
+        RETURN format('zstd frame declares %s bytes of content, over the %s-byte limit',
+                      v_declared, p_max_content);
+    END IF;
+    LOOP
+        IF v_pos + 3 > v_len THEN
+            RETURN format('zstd frame truncated: block header missing at byte %s', v_pos);
+        END IF;
+        v_blocks := v_blocks + 1;
+        IF v_blocks > c_max_blocks THEN
+            RETURN format('zstd frame has more than %s blocks', c_max_blocks);
+        END IF;
+        v_header := get_byte(p_payload, v_pos) | (get_byte(p_payload, v_pos + 1) << 8)
+                    | (get_byte(p_payload, v_pos + 2) << 16);
+        v_type := (v_header >> 1) & 3;
+        v_size := v_header >> 3;
+        IF v_type = 3 THEN
+            RETURN format('zstd block at byte %s has the reserved block type', v_pos);
+        END IF;
+        IF v_size > c_max_block THEN
+            RETURN format('zstd block at byte %s is %s bytes, over the %s-byte block maximum',
+                          v_pos, v_size, c_max_block);
+        END IF;
+        IF v_type IN (0, 1) THEN
+            v_plain := v_plain + v_size;
+            IF v_plain > v_declared THEN
+                RETURN format('zstd blocks regenerate more than the %s bytes the frame declares',
+                              v_declared);
+            END IF;
+        END IF;
+        v_pos := v_pos + 3 + CASE WHEN v_type = 1 THEN 1 ELSE v_size END;
+        IF v_pos > v_len THEN
+            RETURN format('zstd frame truncated inside a block (%s bytes needed, %s present)',
+                          v_pos, v_len);
+        END IF;
+        EXIT WHEN v_header & 1 = 1;
+    END LOOP;
+    IF v_fhd & 4 <> 0 THEN
+        v_pos := v_pos + 4;
+    END IF;
+    IF v_pos > v_len THEN
+        RETURN 'zstd frame truncated inside its checksum';
+    END IF;
+    IF v_pos < v_len THEN
+        RETURN format('%s bytes follow the end of the zstd frame at byte %s (one frame only)',
+                      v_len - v_pos, v_pos);
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
 -- ---------------------------------------------------------------------------------------
 -- 1. apply: schedule / reschedule / cancel
 -- ---------------------------------------------------------------------------------------
@@ -203,8 +331,15 @@ $fn$;
 -- updatedAt, tenantId, lastError, producerSub), unknown fields, unknown op, missing
 -- required field (queue, timerKey always; txn, payload, delayMs for schedule; delayMs for
 -- reschedule), wrong JSON type, empty string, non-integer delayMs, delayMs over 90 days,
--- invalid base64, payload over 1 MiB decoded, payloadZstd/encrypted on a reschedule
--- without payload, a duplicate (queue, timerKey), more than 256 ops, ops not an array.
+-- invalid base64, payload base64 text over 2 MiB (checked before any scan of it), payload
+-- over 1 MiB decoded, payloadZstd/encrypted on a reschedule without payload, a duplicate
+-- (queue, timerKey), more than 256 ops, ops not an array; and every value the sweeper could
+-- not deliver later: queue or partition over 512 bytes, timerKey over 1024 bytes (index
+-- keys), txn or producer_sub over 65535 bytes (u16 lengths in the frame), a payloadZstd
+-- payload that is not exactly one zstd frame without dictionary declaring a content size
+-- of at most 1 MiB (zstd_frame_problem_v1), encrypted with an empty payload, and now
+-- outside [1970-01-01, 10000-01-01) UTC or infinite (check_now_v1). Each message names
+-- ops[i].field (or producer_sub / now) and the limit.
 -- Refused with 55000 'timers_schedule_enabled is off' when that switch is false and the
 -- batch holds a schedule or reschedule (cancel is always allowed). Validation completes
 -- before any write: a refused batch writes nothing.
@@ -215,12 +350,24 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_apply_v1(
     p_ops jsonb, p_tenant uuid, p_producer_sub text, p_now timestamptz)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     c_max_ops     constant int := 256;
     c_max_payload constant int := 1048576;
     c_max_delay   constant bigint := 90::bigint * 24 * 3600 * 1000;
+    -- The base64 text of a payload at the limit is 4/3 of it; twice the limit leaves room
+    -- for any line breaks and is checked before the text is scanned at all.
+    c_max_b64     constant int := 2 * 1048576;
+    -- Names are index keys (log_timers, queues, log_partitions, log_dlq): a btree entry must
+    -- fit in a third of a page (about 2.7 kB), so each name gets a fixed share of that.
+    c_max_queue   constant int := 512;
+    c_max_part    constant int := 512;
+    c_max_key     constant int := 1024;
+    -- The segment frame carries txn and producer sub lengths as u16 (src/codec.hpp).
+    c_max_u16     constant int := 65535;
+    v_where    text;
     c_owned       constant text[] := ARRAY['messageId', 'deliverAt', 'deliverAtMs', 'attempts',
         'claimToken', 'claimedUntil', 'shard', 'visibleAt', 'createdAt', 'updatedAt',
         'tenantId', 'lastError', 'producerSub'];
@@ -255,6 +402,9 @@ BEGIN
     IF p_tenant IS NULL OR p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_apply_v1: tenant and now must not be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('log_timers_apply_v1', p_now);
+    PERFORM queen.check_bytes_v1('log_timers_apply_v1', 'producer_sub', p_producer_sub, c_max_u16,
+                                 'the segment frame carries its length as u16');
     IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' THEN
         RAISE EXCEPTION 'log_timers_apply_v1: ops must be a JSON array' USING ERRCODE = '22023';
     END IF;
@@ -291,10 +441,19 @@ BEGIN
                 v_idx, v_str USING ERRCODE = '22023';
         END IF;
         v_kind := v_kind || v_str;
-        v_queue := v_queue || (queen.log_timers_op_field_v1(v_op, v_idx, 'queue', 'string', true) #>> '{}');
-        v_key := v_key || (queen.log_timers_op_field_v1(v_op, v_idx, 'timerKey', 'string', true) #>> '{}');
-        v_part := v_part || (queen.log_timers_op_field_v1(v_op, v_idx, 'partition', 'string', false) #>> '{}');
-        v_txn := v_txn || (queen.log_timers_op_field_v1(v_op, v_idx, 'txn', 'string', v_str = 'schedule') #>> '{}');
+        v_where := 'ops[' || v_idx || ']';
+        v_queue := v_queue || queen.check_bytes_v1('log_timers_apply_v1', v_where || '.queue',
+            queen.log_timers_op_field_v1(v_op, v_idx, 'queue', 'string', true) #>> '{}',
+            c_max_queue, 'names are index keys');
+        v_key := v_key || queen.check_bytes_v1('log_timers_apply_v1', v_where || '.timerKey',
+            queen.log_timers_op_field_v1(v_op, v_idx, 'timerKey', 'string', true) #>> '{}',
+            c_max_key, 'names are index keys');
+        v_part := v_part || queen.check_bytes_v1('log_timers_apply_v1', v_where || '.partition',
+            queen.log_timers_op_field_v1(v_op, v_idx, 'partition', 'string', false) #>> '{}',
+            c_max_part, 'names are index keys');
+        v_txn := v_txn || queen.check_bytes_v1('log_timers_apply_v1', v_where || '.txn',
+            queen.log_timers_op_field_v1(v_op, v_idx, 'txn', 'string', v_str = 'schedule') #>> '{}',
+            c_max_u16, 'the segment frame carries its length as u16');
 
         v_val := queen.log_timers_op_field_v1(v_op, v_idx, 'delayMs', 'number', v_str <> 'cancel');
         IF v_val IS NULL THEN
@@ -306,8 +465,11 @@ BEGIN
                     v_idx USING ERRCODE = '22023';
             END IF;
             IF v_num > c_max_delay THEN
+                -- A JSON number can have hundreds of digits: quote at most 40 of them.
                 RAISE EXCEPTION 'log_timers_apply_v1: ops[%].delayMs: % ms is beyond the 90-day horizon (% ms)',
-                    v_idx, v_num, c_max_delay USING ERRCODE = '22023';
+                    v_idx, CASE WHEN length(v_num::text) > 40 THEN left(v_num::text, 40) || '...'
+                                ELSE v_num::text END,
+                    c_max_delay USING ERRCODE = '22023';
             END IF;
             v_delay := v_delay || greatest(v_num, 0)::bigint;
         END IF;
@@ -316,6 +478,11 @@ BEGIN
         IF v_val IS NULL THEN
             v_payload := v_payload || NULL::bytea;
         ELSE
+            -- Length first: a 64 MiB string must be refused before any scan of it.
+            IF octet_length(v_val #>> '{}') > c_max_b64 THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: % characters of base64, more than a payload at the 1 MiB limit (% bytes) can take (at most % characters)',
+                    v_idx, octet_length(v_val #>> '{}'), c_max_payload, c_max_b64 USING ERRCODE = '22023';
+            END IF;
             v_field := regexp_replace(v_val #>> '{}', '[[:space:]]', '', 'g');
             IF v_field !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' THEN
                 RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: invalid base64', v_idx
@@ -334,6 +501,21 @@ BEGIN
 
         v_zstd := v_zstd || (queen.log_timers_op_field_v1(v_op, v_idx, 'payloadZstd', 'boolean', false) #>> '{}')::boolean;
         v_enc := v_enc || (queen.log_timers_op_field_v1(v_op, v_idx, 'encrypted', 'boolean', false) #>> '{}')::boolean;
+        -- A payload stored compressed is inflated by the packer before framing: only a frame
+        -- it can inflate, to at most the payload limit, is accepted (decompression bombs).
+        IF coalesce(v_zstd[v_idx + 1], false) AND v_payload[v_idx + 1] IS NOT NULL THEN
+            v_field := queen.zstd_frame_problem_v1(v_payload[v_idx + 1], c_max_payload);
+            IF v_field IS NOT NULL THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: payloadZstd is true but %; the limit is % bytes inflated',
+                    v_idx, v_field, c_max_payload USING ERRCODE = '22023';
+            END IF;
+        END IF;
+        -- Ciphertext is never empty (nonce and tag at least): an empty payload flagged
+        -- encrypted could never be decrypted by its consumer.
+        IF coalesce(v_enc[v_idx + 1], false) AND octet_length(v_payload[v_idx + 1]) = 0 THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: ops[%].encrypted: true with an empty payload (ciphertext is at least 1 byte)',
+                v_idx USING ERRCODE = '22023';
+        END IF;
         IF v_str = 'reschedule' AND v_payload[v_idx + 1] IS NULL
            AND (v_zstd[v_idx + 1] IS NOT NULL OR v_enc[v_idx + 1] IS NOT NULL) THEN
             RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: only accepted together with payload',
@@ -473,7 +655,8 @@ $fn$;
 -- Locks: none (no row locks; ACCESS SHARE on the table).
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(p_shards int2[], p_now timestamptz, p_cap int)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_shards int2[];
@@ -564,7 +747,8 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
                message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
                producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
                attempts int)
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -746,7 +930,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
     p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 -- Its set-based statements run over array parameters whose sizes the planner cannot see
 -- (generate_series counts as 1,000 rows per segment): estimates that cross jit_above_cost
 -- and a JIT compile of ~350 ms for statements that run in under a millisecond.
@@ -1301,7 +1486,8 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(
     p_class text, p_now timestamptz, p_backoff_min_ms int, p_backoff_max_ms int,
     p_transient_backoff_ms int, p_max_attempts int)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_n          int := coalesce(cardinality(p_tenants), 0);
@@ -1383,7 +1569,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
     p_tenants uuid[], p_queues text[], p_keys text[], p_now timestamptz)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_n     int := coalesce(cardinality(p_tenants), 0);
@@ -1443,7 +1630,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_release_v1(
     p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[])
 RETURNS int
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_n int := coalesce(cardinality(p_tenants), 0);
@@ -1490,6 +1678,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_view_v1(t queen.log_timers)
 RETURNS jsonb
 LANGUAGE sql STABLE
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     SELECT jsonb_build_object(
         'tenant', t.tenant_id, 'queue', t.queue, 'timerKey', t.timer_key,
@@ -1508,7 +1697,8 @@ $fn$;
 -- Locks: none.
 CREATE OR REPLACE FUNCTION queen.log_timers_peek_v1(p_tenant uuid, p_queue text, p_timer_key text)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     SELECT queen.log_timers_view_v1(t)
       FROM queen.log_timers t
@@ -1523,7 +1713,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_list_v1(
     p_tenant uuid, p_queue text, p_after_key text, p_page_size int)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     WITH lim AS (
         SELECT least(greatest(coalesce(p_page_size, 100), 1), 1000) AS n

@@ -96,11 +96,13 @@ CREATE TABLE IF NOT EXISTS queen.kv_usage (
 -- queen.kv_live_v1(expires_at, now) -> bool
 -- The one definition of existence: true when expires_at is null or later than now. A row
 -- whose expiry equals now is dead, to readers and to the prune alike. Locks: none.
+-- No SET search_path, like epoch_ms_v1 (002): it must stay inlinable (the usage rollup
+-- evaluates it per kv row), so its one operator is named with its schema instead.
 CREATE OR REPLACE FUNCTION queen.kv_live_v1(p_expires_at timestamptz, p_now timestamptz)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $fn$
-    SELECT p_expires_at IS NULL OR p_expires_at > p_now
+    SELECT p_expires_at IS NULL OR p_expires_at OPERATOR(pg_catalog.>) p_now
 $fn$;
 
 -- queen.kv_check_name_v1(what, name): raises 22023 unless name is a valid namespace or
@@ -108,6 +110,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.kv_check_name_v1(p_what text, p_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 BEGIN
     IF p_name IS NULL OR p_name = '' THEN
@@ -131,13 +134,14 @@ $fn$;
 -- key: created_at restarts.
 -- Refused with 22023: invalid namespace or key (empty, over 256 bytes, control
 -- characters), a null value, a value over 1 MiB as JSON text, neither or both of ttl_ms
--- and forever, ttl_ms < 1.
+-- and forever, ttl_ms < 1 or over 100 years, now outside [1970, 10000) (check_now_v1).
 -- Locks: the queen.kv row (insert or update).
 CREATE OR REPLACE FUNCTION queen.kv_put_v1(
     p_tenant uuid, p_namespace text, p_key text, p_value jsonb, p_ttl_ms bigint,
     p_forever boolean, p_now timestamptz)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_forever boolean := coalesce(p_forever, false);
@@ -147,11 +151,18 @@ BEGIN
     IF p_tenant IS NULL OR p_now IS NULL THEN
         RAISE EXCEPTION 'kv_put_v1: tenant and now must not be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('kv_put_v1', p_now);
     PERFORM queen.kv_check_name_v1('namespace', p_namespace);
     PERFORM queen.kv_check_name_v1('key', p_key);
     IF p_value IS NULL THEN
         RAISE EXCEPTION 'kv_put_v1: value must not be null (a JSON null is a value: ''null''::jsonb)'
             USING ERRCODE = '22023';
+    END IF;
+    -- The stored size first: it is known without printing the value, and no jsonb value
+    -- prints to less than a sixteenth of its stored size, so a huge value is refused at once.
+    IF pg_column_size(p_value) > 16 * 1048576 THEN
+        RAISE EXCEPTION 'kv_put_v1: value is % bytes stored, over the 1 MiB limit (1048576 bytes as JSON text)',
+            pg_column_size(p_value) USING ERRCODE = '22023';
     END IF;
     IF octet_length(p_value::text) > 1048576 THEN
         RAISE EXCEPTION 'kv_put_v1: value is % bytes as JSON, over the 1 MiB limit', octet_length(p_value::text)
@@ -163,6 +174,12 @@ BEGIN
     END IF;
     IF p_ttl_ms IS NOT NULL AND p_ttl_ms < 1 THEN
         RAISE EXCEPTION 'kv_put_v1: ttl_ms must be at least 1 (got %)', p_ttl_ms USING ERRCODE = '22023';
+    END IF;
+    -- now + ttl must stay a timestamp: past about 2^62 ms the interval arithmetic overflows
+    -- (22008). A hundred years is far beyond any cache; forever = true says "no expiry".
+    IF p_ttl_ms > 100::bigint * 365 * 24 * 3600 * 1000 THEN
+        RAISE EXCEPTION 'kv_put_v1: ttl_ms is %, over the limit of % (100 years; use forever)',
+            p_ttl_ms, 100::bigint * 365 * 24 * 3600 * 1000 USING ERRCODE = '22023';
     END IF;
     v_expires := CASE WHEN v_forever THEN NULL ELSE p_now + p_ttl_ms * interval '1 millisecond' END;
 
@@ -189,7 +206,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.kv_get_v1(
     p_tenant uuid, p_namespace text, p_key text, p_now timestamptz)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_result jsonb;
@@ -197,6 +215,7 @@ BEGIN
     IF p_tenant IS NULL OR p_now IS NULL THEN
         RAISE EXCEPTION 'kv_get_v1: tenant and now must not be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('kv_get_v1', p_now);
     PERFORM queen.kv_check_name_v1('namespace', p_namespace);
     PERFORM queen.kv_check_name_v1('key', p_key);
     SELECT jsonb_build_object('value', k.value, 'version', k.version,
@@ -217,7 +236,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.kv_delete_v1(
     p_tenant uuid, p_namespace text, p_key text, p_now timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_live boolean;
@@ -225,6 +245,7 @@ BEGIN
     IF p_tenant IS NULL OR p_now IS NULL THEN
         RAISE EXCEPTION 'kv_delete_v1: tenant and now must not be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('kv_delete_v1', p_now);
     PERFORM queen.kv_check_name_v1('namespace', p_namespace);
     PERFORM queen.kv_check_name_v1('key', p_key);
     DELETE FROM queen.kv AS k

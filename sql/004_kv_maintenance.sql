@@ -33,7 +33,8 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 -- Locks: rows of queen.kv, FOR UPDATE SKIP LOCKED (never waits), then deletes them.
 CREATE OR REPLACE FUNCTION queen.kv_expire_step_v1(p_shards int2[], p_now timestamptz, p_max_rows int)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_budget  int := greatest(coalesce(p_max_rows, 1000), 0);
@@ -48,6 +49,7 @@ BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'kv_expire_step_v1: now must not be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('kv_expire_step_v1', p_now);
     -- Keep the caller's order, drop repeats and out-of-range values.
     SELECT array_agg(d.s ORDER BY d.ord) INTO v_shards
       FROM (SELECT DISTINCT ON (u.s) u.s, u.ord
@@ -130,7 +132,8 @@ $fn$;
 -- tenant_id order.
 CREATE OR REPLACE FUNCTION queen.kv_usage_step_v1(p_shards int2[], p_now timestamptz, p_max_tenants int)
 RETURNS jsonb
-LANGUAGE plpgsql
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     c_sample_above constant double precision := 200000;
@@ -152,6 +155,7 @@ BEGIN
                      ORDER BY u.s, u.ord) x
              ORDER BY x.ord
              LIMIT 8) d;
+    PERFORM queen.check_now_v1('kv_usage_step_v1', p_now);
     IF v_sample IS NULL THEN
         v_sample := (queen.all_shards_v1())[1:8];
     END IF;

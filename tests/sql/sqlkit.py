@@ -215,5 +215,46 @@ class Queen:
 
 
 
+# zstd of b'{"hello": "world"}' * 40 (720 bytes) as the zstd command line wrote it (level
+# 19, content size and checksum declared): a real compressed block, not a hand-built one.
+ZSTD_REAL = bytes.fromhex("28b52ffd64d001cd0000907b2268656c6c6f223a2022776f726c64227d"
+                          "0100765535c3cd477aeb")
+ZSTD_REAL_PLAIN = b'{"hello": "world"}' * 40
+
+
+def zstd_frame(blocks, content_size, fcs_len=None, checksum=False, single=True, dict_id=0,
+               window=0x58, reserved=False, trailing=b""):
+    """A zstd frame built from the format (RFC 8878) with raw and RLE blocks, so a test can
+    declare any content size or break any rule on purpose. blocks: list of ("raw", bytes)
+    or ("rle", byte, count). content_size None = Frame_Content_Size absent."""
+    if content_size is None:
+        fcs_flag, fcs = 0, b""
+        single = False
+    else:
+        if fcs_len is None:
+            fcs_len = 1 if (content_size < 256 and single) else (
+                2 if 256 <= content_size < 65792 else (4 if content_size < 2 ** 32 else 8))
+        fcs_flag = {1: 0, 2: 1, 4: 2, 8: 3}[fcs_len]
+        value = content_size - 256 if fcs_len == 2 else content_size
+        fcs = value.to_bytes(fcs_len, "little")
+    did_flag, did = {0: (0, b"")}.get(dict_id, (2, dict_id.to_bytes(2, "little")))
+    fhd = (fcs_flag << 6) | (32 if single else 0) | (8 if reserved else 0) | (4 if checksum else 0) | did_flag
+    out = bytearray(b"\x28\xb5\x2f\xfd") + bytes([fhd])
+    if not single:
+        out.append(window)
+    out += did + fcs
+    for i, b in enumerate(blocks):
+        last = 1 if i == len(blocks) - 1 else 0
+        if b[0] == "raw":
+            out += ((len(b[1]) << 3) | (0 << 1) | last).to_bytes(3, "little") + b[1]
+        elif b[0] == "rle":
+            out += ((b[2] << 3) | (1 << 1) | last).to_bytes(3, "little") + bytes([b[1]])
+        else:  # ("type", n, size, body): any header at all
+            out += ((b[2] << 3) | (b[1] << 1) | last).to_bytes(3, "little") + b[3]
+    if checksum:
+        out += b"\0\0\0\0"
+    return bytes(out) + trailing
+
+
 def sqlstate_of(excinfo):
     return getattr(excinfo.value, "pgcode", None)

@@ -7,7 +7,7 @@ import uuid
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, T2, epoch_ms, ms
+from sqlkit import NOW, T1, T2, ZSTD_REAL, epoch_ms, ms
 
 B64 = base64.b64encode(b'{"hello":"world"}').decode()
 OK_SCHEDULE = {"op": "schedule", "queue": "q", "timerKey": "ok", "delayMs": 10, "txn": "t", "payload": B64}
@@ -146,7 +146,8 @@ def test_empty_batch(q):
 # ---------------------------------------------------------------------------------------
 
 def test_schedule_inserts_with_server_owned_fields(q):
-    r = q.apply([sched("a", delayMs=1500, partition="P1", payloadZstd=True, encrypted=True)],
+    r = q.apply([sched("a", delayMs=1500, partition="P1", payloadZstd=True, encrypted=True,
+                       payload=base64.b64encode(ZSTD_REAL).decode())],
                 producer_sub="alice")[0]
     assert r["ok"] is True and r["status"] == "scheduled" and r["replaced"] is False
     assert r["deliverAtMs"] == epoch_ms(NOW) + 1500
@@ -210,9 +211,9 @@ def test_reschedule_keeps_identity_and_changes_only_what_is_given(q):
     assert t["deliver_at"] == NOW + ms(5010) and t["partition"] == "P"
     assert bytes(t["payload"]) == b'{"hello":"world"}'
     r = q.apply([{"op": "reschedule", "queue": "q", "timerKey": "a", "delayMs": 1,
-                  "payload": base64.b64encode(b"zz").decode(), "payloadZstd": True}])[0]
+                  "payload": base64.b64encode(ZSTD_REAL).decode(), "payloadZstd": True}])[0]
     t = q.timer("a")
-    assert bytes(t["payload"]) == b"zz" and t["payload_zstd"] is True and t["encrypted"] is False
+    assert bytes(t["payload"]) == ZSTD_REAL and t["payload_zstd"] is True and t["encrypted"] is False
 
 
 def test_cancel_deletes(q):

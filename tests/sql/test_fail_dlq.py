@@ -5,7 +5,7 @@ import uuid
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, T2, Queen, ms
+from sqlkit import NOW, T1, T2, ZSTD_REAL, Queen, ms
 
 
 def sched(q, keys, payload=b"{}", tenant=T1, **extra):
@@ -87,7 +87,7 @@ def test_exhausted_rows_are_reported_then_moved_to_the_dlq(q):
     (b"not json", {}, {"_raw_b64": base64.b64encode(b"not json").decode()}),
     (b"{broken", {}, {"_raw_b64": base64.b64encode(b"{broken").decode()}),
     (b"\xff\xfe{", {}, {"_raw_b64": base64.b64encode(b"\xff\xfe{").decode()}),
-    (b'{"z": 1}', {"payloadZstd": True}, {"_raw_b64": base64.b64encode(b'{"z": 1}').decode(), "_zstd": True}),
+    (ZSTD_REAL, {"payloadZstd": True}, {"_raw_b64": base64.b64encode(ZSTD_REAL).decode(), "_zstd": True}),
     (b'{"e": 1}', {"encrypted": True}, {"_raw_b64": base64.b64encode(b'{"e": 1}').decode(), "_encrypted": True}),
     (b"x" * 300, {}, {"_raw_b64": base64.b64encode(b"x" * 300).decode()}),
 ])

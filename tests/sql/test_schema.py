@@ -27,7 +27,8 @@ def strip_comments(text):
 
 def test_files_are_numbered_and_complete():
     names = [os.path.basename(p) for p in sql_files()]
-    assert names == ["001_log.sql", "002_timers.sql", "003_kv.sql", "004_kv_maintenance.sql"]
+    assert names == ["001_log.sql", "002_timers.sql", "003_kv.sql", "004_kv_maintenance.sql",
+                     "005_roles.sql", "006_version.sql"]
 
 
 def test_no_listen_notify_outside_comments():
