@@ -198,6 +198,9 @@ $fn$;
 -- refuses a frame whose blocks inflate to other than its declared size, so the declared
 -- size bounds what the packer inflates. At most 4096 blocks: every real encoder writes
 -- blocks of up to 128 KiB, and the walk stays cheap on a hostile megabyte of empty blocks.
+-- What SQL cannot see: the inside of a compressed block and the checksum's value. A frame
+-- corrupt there passes this door; the packer then fails that timer alone as permanent,
+-- and still never inflates it past the declared size.
 -- Pure. Locks: none.
 CREATE OR REPLACE FUNCTION queen.zstd_frame_problem_v1(p_payload bytea, p_max_content bigint)
 RETURNS text
@@ -424,6 +427,13 @@ BEGIN
             RAISE EXCEPTION 'log_timers_apply_v1: ops[%]: each op must be a JSON object, got %',
                 v_idx, jsonb_typeof(v_op) USING ERRCODE = '22023';
         END IF;
+        -- The payload's length before anything else reads the op: a 64 MiB string must be
+        -- refused before any scan of it (and before the op is handed to the field checks).
+        IF jsonb_typeof(v_op -> 'payload') = 'string'
+           AND octet_length(v_op ->> 'payload') > c_max_b64 THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: % characters of base64, more than a payload at the 1 MiB limit (% bytes) can take (at most % characters)',
+                v_idx, octet_length(v_op ->> 'payload'), c_max_payload, c_max_b64 USING ERRCODE = '22023';
+        END IF;
         FOR v_field IN SELECT k FROM jsonb_object_keys(v_op) AS k LOOP
             IF v_field = ANY (c_owned) THEN
                 RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: server-owned field, not accepted in an op',
@@ -478,11 +488,6 @@ BEGIN
         IF v_val IS NULL THEN
             v_payload := v_payload || NULL::bytea;
         ELSE
-            -- Length first: a 64 MiB string must be refused before any scan of it.
-            IF octet_length(v_val #>> '{}') > c_max_b64 THEN
-                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: % characters of base64, more than a payload at the 1 MiB limit (% bytes) can take (at most % characters)',
-                    v_idx, octet_length(v_val #>> '{}'), c_max_payload, c_max_b64 USING ERRCODE = '22023';
-            END IF;
             v_field := regexp_replace(v_val #>> '{}', '[[:space:]]', '', 'g');
             IF v_field !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' THEN
                 RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: invalid base64', v_idx

@@ -49,3 +49,24 @@ def db(connections):
 @pytest.fixture
 def q(db):
     return Queen(db)
+
+
+def _role_conninfo(var):
+    import os
+    value = os.environ.get(var)
+    if not value:
+        pytest.fail("%s is not set: tests/pg start exports it (a LOGIN role holding one queen "
+                    "group role); start the database with tests/pg" % var, pytrace=False)
+    return value
+
+
+@pytest.fixture
+def as_sweeper(connections):
+    """A Queen on the LOGIN role that holds queen_sweeper only."""
+    return Queen(connections(dsn=_role_conninfo("QUEEN_TEST_SWEEPER_CONNINFO")))
+
+
+@pytest.fixture
+def as_broker(connections):
+    """A Queen on the LOGIN role that holds queen_broker only."""
+    return Queen(connections(dsn=_role_conninfo("QUEEN_TEST_BROKER_CONNINFO")))
