@@ -9,7 +9,9 @@
         print(sw.stats()["fired_total"])
 
 The library is found, in order: the `library=` argument, $QUEEN_SWEEPER_LIBRARY,
-the build trees ($QUEEN_SWEEPER_BUILD_DIR, then <repo>/build), the system.
+the build trees ($QUEEN_SWEEPER_BUILD_DIR, then <repo>/build from a checkout),
+`pkg-config --variable=libdir queen-sweeper`, then the loader's paths
+(ctypes.util.find_library, libqueen_sweeper.so.1). A failure lists every place tried.
 """
 
 from .ephemeral import Ephemeral, Message, SweepResult

@@ -10,8 +10,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import subprocess
 import threading
 from pathlib import Path
+from typing import Optional
 
 from .errors import VersionMismatch
 
@@ -127,50 +129,100 @@ _PROTOTYPES = [
 # ---------------------------------------------------------------------------
 
 def build_dirs(env_name: str = BUILD_DIR_ENV) -> list[Path]:
-    """Build trees to search: every entry of $QUEEN_SWEEPER_BUILD_DIR, then <repo>/build."""
+    """Build trees to search: every entry of $QUEEN_SWEEPER_BUILD_DIR, then <repo>/build
+    when this package is imported from a checkout (not from an installed copy)."""
     dirs = [Path(p) for p in os.environ.get(env_name, "").split(os.pathsep) if p]
-    dirs.append(_REPO_ROOT / "build")
+    if _REPO_ROOT_OK:
+        dirs.append(_REPO_ROOT / "build")
     return dirs
 
 
-def candidate_paths(explicit, env_name: str, file_name: str, soname: str,
-                    sub_dirs: tuple[str, ...] = ("",)) -> list[str]:
-    """Where to look, in order: explicit, $env_name, build trees, the system.
+# <repo>/build only means something when this file sits in bindings/python/queen_sweeper.
+_REPO_ROOT_OK = Path(__file__).resolve().parent.parent.parent.name == "bindings"
 
-    An explicit path or the environment variable is taken as given (a missing
-    file there is an error, not a reason to fall back silently); build trees
-    are only listed when the file exists in them.
+
+def pkg_config_libdir(package: str) -> tuple[Optional[str], str]:
+    """`pkg-config --variable=libdir PACKAGE`: (the directory or None, what happened)."""
+    try:
+        proc = subprocess.run(["pkg-config", "--print-errors", "--variable=libdir", package],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"pkg-config could not run ({exc})"
+    if proc.returncode != 0:
+        why = proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else f"exit {proc.returncode}"
+        return None, f"no {package}.pc on the pkg-config path ({why})"
+    libdir = proc.stdout.strip()
+    if not libdir:
+        return None, f"{package}.pc names no libdir"
+    return libdir, f"libdir {libdir}"
+
+
+def search(explicit, env_name: str, file_name: str, soname: str,
+           sub_dirs: tuple[str, ...] = ("",)) -> tuple[list[str], list[str]]:
+    """Where to look, in order, and why other places were passed over.
+
+    Returns (candidates, misses). The order: `explicit`, then $env_name (either one is
+    taken as given: a missing file there is an error, not a reason to fall back
+    silently), then the build trees, then pkg-config's libdir for the library's .pc file
+    (queen-sweeper.pc for libqueen_sweeper.so), then the dynamic loader's own paths
+    (ctypes.util.find_library, then the bare soname).
     """
     if explicit:
-        return [os.fspath(explicit)]
+        return [os.fspath(explicit)], []
     from_env = os.environ.get(env_name)
     if from_env:
-        return [from_env]
-    found = []
+        return [from_env], []
+    found: list[str] = []
+    misses: list[str] = [f"${env_name}: not set"]
     for tree in build_dirs():
         for sub in sub_dirs:
             path = tree / sub / file_name if sub else tree / file_name
             if path.is_file():
                 found.append(str(path))
-    system = ctypes.util.find_library(file_name[3:].split(".so")[0])
+            else:
+                misses.append(f"build tree: no {path}")
+    stem = file_name[3:].split(".so")[0]          # libqueen_sweeper.so -> queen_sweeper
+    package = stem.replace("_", "-")               # -> queen-sweeper (the .pc file's name)
+    libdir, note = pkg_config_libdir(package)
+    if libdir:
+        hits = [str(Path(libdir) / name) for name in (soname, file_name)
+                if (Path(libdir) / name).exists()]
+        if hits:
+            found.append(hits[0])
+        else:
+            misses.append(f"pkg-config {package}: {note}, but no {soname} there")
+    else:
+        misses.append(f"pkg-config {package}: {note}")
+    system = ctypes.util.find_library(stem)
     if system:
         found.append(system)
-    found.append(soname)
-    return found
+    else:
+        misses.append(f"ctypes.util.find_library({stem!r}): not in the loader's cache")
+    found.append(soname)                           # LD_LIBRARY_PATH, rpath, ld.so.cache
+    return found, misses
+
+
+def candidate_paths(explicit, env_name: str, file_name: str, soname: str,
+                    sub_dirs: tuple[str, ...] = ("",)) -> list[str]:
+    """The places `search` would try to load, in order."""
+    return search(explicit, env_name, file_name, soname, sub_dirs)[0]
 
 
 def open_library(explicit, env_name: str, file_name: str, soname: str,
                  sub_dirs: tuple[str, ...] = ("",)) -> tuple[ctypes.CDLL, str]:
-    """dlopen the first candidate that loads; the error lists everything tried."""
-    tried = []
-    for path in candidate_paths(explicit, env_name, file_name, soname, sub_dirs):
+    """dlopen the first candidate that loads; the error lists every place looked at."""
+    candidates, tried = search(explicit, env_name, file_name, soname, sub_dirs)
+    for path in candidates:
         try:
             return ctypes.CDLL(path), path
         except OSError as exc:
             tried.append(f"{path}: {exc}")
+    package = file_name[3:].split(".so")[0].replace("_", "-")
     raise OSError(
-        f"cannot load {file_name}; set {env_name} to its path or {BUILD_DIR_ENV} to the build "
-        "directory. Tried:\n  " + "\n  ".join(tried))
+        f"cannot load {file_name}. Set {env_name} to the library's path, or install it where "
+        f"pkg-config finds {package}.pc (PKG_CONFIG_PATH) or where the loader looks "
+        f"(ldconfig, LD_LIBRARY_PATH), or set {BUILD_DIR_ENV} to a build directory. "
+        "Tried:\n  " + "\n  ".join(tried))
 
 
 class LoadedLibrary:

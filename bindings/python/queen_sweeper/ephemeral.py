@@ -9,7 +9,7 @@
 
 The library is found like libqueen_sweeper.so: the `library=` argument,
 $QUEEN_EPHEMERAL_LIBRARY, the build trees (<tree>/plugins/ephemeral/ and <tree>/),
-then the system.
+pkg-config's libdir of queen-ephemeral, then the loader's paths.
 """
 
 from __future__ import annotations
