@@ -63,6 +63,10 @@ Task<int64_t> Sweeper::cycle() {
     const LadderStep step =
         shedding_ladder(pressure_, slow_pressure_, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
 
+    // After a lost connection: resolve its unanswered fires and hand its claims back
+    // (drain.cpp) before anything else, so they do not wait out the lease.
+    co_await recover_after_loss();
+
     // A. PROBE
     const ProbeResult pr = co_await probe(shards);
     publish_pool();

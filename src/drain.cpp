@@ -12,6 +12,28 @@
 
 namespace qsw {
 
+namespace {
+
+// A failure that took the connection with it: no SQLSTATE (the socket died, the deadline
+// passed), a connection exception (class 08), or the server ending the session
+// (57P01 pg_terminate_backend or a shutdown, 57P02 a crash, 57P03 starting up); or a
+// server that turned out to be read-only (a standby, a demoted primary). Nothing says the
+// timer is at fault, the rows claimed under it are still this sweeper's, and a fire that
+// ended so may have committed: its COMMIT's answer is what was lost.
+bool read_only(const PgResult &r) { return r.sqlstate == "25006"; }
+bool no_answer(const PgResult &r) {
+    if (r.ok) return false;
+    const std::string &s = r.sqlstate;
+    return s.empty() || read_only(r) || s.rfind("08", 0) == 0 || s == "57P01" || s == "57P02" || s == "57P03";
+}
+
+// The pool refused the call before sending it: no connection could serve it.
+bool never_sent(const PgResult &r) {
+    return r.message.rfind("database unavailable", 0) == 0 || r.message.rfind("sweeper is stopping", 0) == 0;
+}
+
+}  // namespace
+
 Task<Sweeper::DrainResult> Sweeper::drain(std::vector<int16_t> shards, int64_t row_budget) {
     DrainResult acc;
     int64_t rows_left = row_budget;
@@ -45,6 +67,7 @@ Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult
         if (!r.ok) {
             rows_left += want;
             acc.failed = true;
+            if (no_answer(r)) note_lost("claim", r);
             cycle_failed("claim", r);
             co_return;
         }
@@ -208,6 +231,21 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             f.fire_busy_total += static_cast<int64_t>(busy.segments.size());
             for (auto l : lags) f.fire_lag.add(l);
             f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, lag_max);
+            if (awaiting_resume_ && fired > 0) {
+                f.failover.resumed_unix_ms = wall_now_ms();
+                f.failover.last_gap_ms = f.failover.resumed_unix_ms - f.failover.last_lost_unix_ms;
+            }
+        }
+        if (awaiting_resume_ && fired > 0) {
+            awaiting_resume_ = false;
+            std::string where, gap;
+            {
+                std::lock_guard<std::mutex> g(stats_.mu);
+                where = stats_.f.failover.server;
+                gap = std::to_string(stats_.f.failover.last_gap_ms);
+            }
+            log_.info("firing resumed on " + (where.empty() ? std::string("the database") : where) + ", " + gap +
+                      " ms after the connection was lost");
         }
         // After the commit, never before: a host can wake its parked consumers now.
         if (fired_fn_) {
@@ -243,6 +281,16 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
               std::to_string(batch.segments.size()) + " segment(s) failed (" + error_class_name(cls) +
               (r.sqlstate.empty() ? "" : ", SQLSTATE " + r.sqlstate) + "): " + r.message);
     if (hard_stop_.load()) co_return;
+    if (no_answer(r)) {
+        // The connection took the answer with it. Sent, the fire may have committed (its
+        // commit may even have reached a standby that is primary now): it is resolved from
+        // the log once connected again. Either way its claims stay ours, to be handed back
+        // then rather than left to the lease, and no attempt is spent on them.
+        const bool in_doubt = !read_only(r) && !never_sent(r);
+        note_lost("fire", r);
+        park(rows, batch, nullptr, in_doubt);
+        co_return;
+    }
     std::vector<size_t> all;
     for (auto &seg : batch.segments)
         for (size_t idx : seg.rows) all.push_back(idx);
@@ -289,6 +337,12 @@ Task<void> Sweeper::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector
                 text_param(std::to_string(cfg_.sweeper_max_attempts))};
     q.timeout_ms = cfg_.stmt_timeout_ms;
     PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (no_answer(r) && !hard_stop_.load()) {
+        // Still ours: handed back once connected again.
+        note_lost("fail", r);
+        park(rows, FireBatch{}, &which, false);
+        co_return;
+    }
     for (size_t idx : which) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
     if (!r.ok) {
         // The claims lapse with their lease: the lease is the net under a failed failure.
@@ -358,6 +412,9 @@ Task<void> Sweeper::release_rows(std::vector<ClaimedTimer> &rows, const std::vec
 }
 
 Task<void> Sweeper::release_held() {
+    // Fires a lost connection left unanswered are resolved first, so the host hears of
+    // those that committed; what is left of them is released with the rest below.
+    if (!parked_.empty() && pool_->up()) co_await recover_after_loss();
     if (held_.empty()) co_return;
     std::vector<std::string> tenants, queues, keys, tokens;
     for (auto &[k, tok] : held_) {
@@ -380,11 +437,318 @@ Task<void> Sweeper::release_held() {
     }
     const int64_t n = r.rows() == 1 ? std::stoll(r.get(0, 0)) : 0;
     held_.clear();
+    parked_.clear();
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         stats_.f.released_on_stop_total += n;
     }
     log_.info("released " + std::to_string(n) + " claim(s) at stop");
+}
+
+// ---------------------------------------------------------------------------------------
+// Failover: what a lost connection leaves behind
+// ---------------------------------------------------------------------------------------
+
+void Sweeper::note_lost(const char *phase, const PgResult &r) {
+    const bool ro = read_only(r);
+    std::string was;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &fo = stats_.f.failover;
+        ++fo.lost_total;
+        if (ro) ++fo.read_only_total;
+        // One loss, many failed calls: the first one since the server was last found dates it.
+        if (!awaiting_resume_ || reconnected_since_loss_) {
+            fo.last_lost_unix_ms = wall_now_ms();
+            fo.last_lost_phase = phase;
+            fo.last_lost_error = r.message;
+            fo.lost_server = fo.server;
+        }
+        was = fo.server;
+    }
+    if (!awaiting_resume_ || reconnected_since_loss_) {
+        log_.warn(std::string("connection to ") + (was.empty() ? std::string("the database") : was) + " lost during " +
+                  phase + (ro ? " (the server is read-only: a standby or a demoted primary)" : "") + ": " +
+                  r.message + "; claims held are kept and handed back once connected again, no attempt is spent");
+    }
+    awaiting_resume_ = true;
+    reconnected_since_loss_ = false;
+    identify_pending_ = true;
+}
+
+void Sweeper::park(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const std::vector<size_t> *only,
+                   bool in_doubt) {
+    ParkedFire pf;
+    pf.in_doubt = in_doubt;
+    int64_t n = 0;
+    if (only) {
+        // Rows of a fail call: nothing of theirs can be in the log, only handed back.
+        for (size_t idx : *only) {
+            ParkedSegment ps;
+            ps.tenant = rows[idx].tenant;
+            ps.queue = rows[idx].queue;
+            ps.partition = rows[idx].partition;
+            ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
+            pf.segments.push_back(std::move(ps));
+            ++n;
+        }
+    } else {
+        for (const PackedSegment &seg : batch.segments) {
+            ParkedSegment ps;
+            ps.tenant = seg.tenant;
+            ps.queue = seg.queue;
+            ps.partition = seg.partition;
+            ps.count = seg.count;
+            ps.hashes = seg.hashes;
+            for (size_t idx : seg.rows) ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
+            n += static_cast<int64_t>(seg.rows.size());
+            pf.segments.push_back(std::move(ps));
+        }
+    }
+    parked_.push_back(std::move(pf));
+    std::lock_guard<std::mutex> g(stats_.mu);
+    auto &fo = stats_.f.failover;
+    fo.parked_claims += n;
+    if (in_doubt) {
+        ++fo.in_doubt_fires_total;
+        ++fo.in_doubt_pending;
+    }
+}
+
+Task<bool> Sweeper::identify_server() {
+    // Which server answers now. Behind a bouncer this is still the PostgreSQL server, so
+    // the stats name the host that failed and the one that took over.
+    Query q;
+    q.sql = "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || "
+            "coalesce(inet_server_port()::text, current_setting('port')), pg_is_in_recovery()";
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (!r.ok || r.rows() != 1) {
+        if (r.sqlstate == "25006") {
+            std::lock_guard<std::mutex> g(stats_.mu);
+            ++stats_.f.failover.read_only_total;
+        }
+        co_return false;
+    }
+    const std::string server = r.get(0, 0);
+    const bool in_recovery = r.get(0, 1) == "t";
+    identify_pending_ = false;
+    std::string before;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &fo = stats_.f.failover;
+        before = fo.server;
+        if (!before.empty() && before != server) ++fo.server_changes_total;
+        fo.server = server;
+        fo.server_in_recovery = in_recovery;
+        if (awaiting_resume_ && !reconnected_since_loss_) fo.reconnected_unix_ms = wall_now_ms();
+    }
+    const bool again = awaiting_resume_ && !reconnected_since_loss_;
+    reconnected_since_loss_ = true;
+    if (before.empty()) log_.info("connected to " + server);
+    else if (before != server) log_.warn("connected to " + server + " (was " + before + "): the database failed over");
+    else if (again) log_.info("connected to " + server + " again");
+    co_return true;
+}
+
+Task<void> Sweeper::recover_after_loss() {
+    // Every connection the pool lost may mean another server now: identify it again.
+    const PoolFigures pf = pool_->figures();
+    if (pf.disconnects_total > seen_disconnects_) {
+        seen_disconnects_ = pf.disconnects_total;
+        bool known;
+        {
+            std::lock_guard<std::mutex> g(stats_.mu);
+            known = !stats_.f.failover.server.empty();
+        }
+        // Lost while nothing of ours was in flight (an idle loop, a probe): still a loss.
+        if (known && (!awaiting_resume_ || reconnected_since_loss_)) {
+            PgResult lost;
+            lost.message = pf.last_error;
+            note_lost("connection", lost);
+        }
+        identify_pending_ = true;
+    }
+    if (!pool_->up()) co_return;
+    if (identify_pending_ && !co_await identify_server()) co_return;
+    if (parked_.empty()) co_return;
+
+    // One statement looks at every parked segment: are its timers still in the table
+    // (then its fire did not commit: the fire deletes them in the same transaction), is
+    // any of them locked by someone (a fire still running on a connection we lost sight
+    // of: undecided, look again next cycle), and is exactly this segment in the log
+    // (the same transaction hashes at the offset the dedup index gives for the first)?
+    std::vector<int64_t> seg_i, row_i;
+    std::vector<std::string> seg_tenants, seg_queues, row_keys;
+    std::vector<std::string_view> seg_hashes;
+    std::vector<std::pair<size_t, size_t>> where;  // flat segment index -> (fire, segment)
+    for (size_t f = 0; f < parked_.size(); ++f) {
+        for (size_t s = 0; s < parked_[f].segments.size(); ++s) {
+            const ParkedSegment &ps = parked_[f].segments[s];
+            const int64_t i = static_cast<int64_t>(where.size());
+            where.emplace_back(f, s);
+            seg_i.push_back(i);
+            seg_tenants.push_back(ps.tenant);
+            seg_queues.push_back(ps.queue);
+            seg_hashes.emplace_back(ps.hashes);
+            for (auto &[key, tok] : ps.rows) {
+                row_i.push_back(i);
+                row_keys.push_back(key);
+            }
+        }
+    }
+    Query q;
+    q.sql = R"SQL(
+WITH s AS (
+    SELECT * FROM unnest($1::int[], $2::uuid[], $3::text[], $4::bytea[]) AS s(i, tenant, queue, hashes)
+), k AS (
+    SELECT u.i, s.tenant, s.queue, u.key
+      FROM unnest($5::int[], $6::text[]) AS u(i, key)
+      JOIN s ON s.i = u.i
+), present AS (
+    SELECT k.i, t.tenant_id, t.queue, t.timer_key
+      FROM k
+      JOIN queen.log_timers t ON t.tenant_id = k.tenant AND t.queue = k.queue AND t.timer_key = k.key
+), free AS MATERIALIZED (
+    SELECT t.tenant_id, t.queue, t.timer_key
+      FROM queen.log_timers t
+     WHERE (t.tenant_id, t.queue, t.timer_key) IN (SELECT k.tenant, k.queue, k.key FROM k)
+       FOR UPDATE SKIP LOCKED
+)
+SELECT s.i,
+       (SELECT count(*) FROM present p WHERE p.i = s.i),
+       (SELECT count(*) FROM present p JOIN free f USING (tenant_id, queue, timer_key) WHERE p.i = s.i),
+       lt.base_offset
+  FROM s
+  LEFT JOIN queen.queues q ON q.tenant_id = s.tenant AND q.name = s.queue
+  LEFT JOIN queen.log_txn_index x
+         ON octet_length(s.hashes) >= 16 AND x.queue_id = q.id AND x.hash = substring(s.hashes FROM 1 FOR 16)
+  LEFT JOIN queen.log_txns lt
+         ON lt.partition_id = x.partition_id AND lt.base_offset = x.log_offset AND lt.hashes = s.hashes
+ ORDER BY s.i)SQL";
+    q.params = {text_param(pg_int_array(seg_i)), text_param(pg_text_array(seg_tenants)),
+                text_param(pg_text_array(seg_queues)),
+                binary_param(pg_bytea_array_binary(seg_hashes), kByteaArrayOid), text_param(pg_int_array(row_i)),
+                text_param(pg_text_array(row_keys))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (!r.ok || r.rows() != static_cast<int>(where.size())) {
+        if (r.ok) r.message = "the in-doubt check answered " + std::to_string(r.rows()) + " rows";
+        note_error("in-doubt check", r);
+        co_return;
+    }
+    struct Seen {
+        int64_t present = 0, unlocked = 0, base = -1;
+    };
+    std::vector<Seen> seen(where.size());
+    for (int i = 0; i < r.rows(); ++i) {
+        const size_t at = static_cast<size_t>(std::stoll(r.get(i, 0)));
+        if (at >= seen.size()) continue;
+        seen[at].present = std::stoll(r.get(i, 1));
+        seen[at].unlocked = std::stoll(r.get(i, 2));
+        if (!r.is_null(i, 3)) seen[at].base = std::stoll(r.get(i, 3));
+    }
+    r = PgResult{};
+
+    std::vector<std::string> rel_tenants, rel_queues, rel_keys, rel_tokens;
+    std::vector<size_t> decided;
+    int64_t fired_rows = 0, fired_segs = 0, fired_calls = 0, not_fired_calls = 0;
+    size_t flat = 0;
+    for (size_t f = 0; f < parked_.size(); ++f) {
+        ParkedFire &pf = parked_[f];
+        const size_t first = flat;
+        flat += pf.segments.size();
+        bool undecided = false;
+        for (size_t s = first; s < flat; ++s)
+            if (seen[s].unlocked < seen[s].present) undecided = true;
+        if (undecided) continue;
+        decided.push_back(f);
+        bool any_fired = false;
+        for (size_t s = first; s < flat; ++s) {
+            const ParkedSegment &ps = pf.segments[s - first];
+            if (seen[s].present == 0 && seen[s].base >= 0 && !ps.hashes.empty()) {
+                // Committed, answer lost: the host hears of it now, once.
+                any_fired = true;
+                fired_rows += ps.count;
+                for (auto &[key, tok] : ps.rows) held_.erase({ps.tenant, ps.queue, key});
+                ++fired_segs;
+                if (fired_fn_) {
+                    try {
+                        fired_fn_(fired_user_, ps.tenant.c_str(), ps.queue.c_str(), ps.partition.c_str(),
+                                  static_cast<uint32_t>(ps.count), seen[s].base);
+                    } catch (...) {
+                        log_.error("the host's on_fired callback threw; ignored");
+                    }
+                }
+            } else if (seen[s].present > 0) {
+                for (auto &[key, tok] : ps.rows) {
+                    rel_tenants.push_back(ps.tenant);
+                    rel_queues.push_back(ps.queue);
+                    rel_keys.push_back(key);
+                    rel_tokens.push_back(tok);
+                }
+            }
+        }
+        if (pf.in_doubt && !pf.counted) {
+            pf.counted = true;
+            ++(any_fired ? fired_calls : not_fired_calls);
+        }
+        // Announced segments must never be announced again, whatever the release does.
+        std::vector<ParkedSegment> left;
+        for (size_t s = first; s < flat; ++s)
+            if (!(seen[s].present == 0 && seen[s].base >= 0 && !pf.segments[s - first].hashes.empty()))
+                left.push_back(std::move(pf.segments[s - first]));
+        pf.segments = std::move(left);
+    }
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &f = stats_.f;
+        f.fired_total += fired_rows;
+        f.fired_segments_total += fired_segs;
+        f.failover.in_doubt_fired_total += fired_calls;
+        f.failover.in_doubt_not_fired_total += not_fired_calls;
+        f.failover.in_doubt_pending -= fired_calls + not_fired_calls;
+        f.failover.in_doubt_timers_announced_total += fired_rows;
+    }
+    if (fired_calls + not_fired_calls > 0)
+        log_.info("resolved " + std::to_string(fired_calls + not_fired_calls) + " fire(s) whose answer was lost: " +
+                  std::to_string(fired_calls) + " committed (" + std::to_string(fired_rows) +
+                  " timer(s) announced now), " + std::to_string(not_fired_calls) + " not committed");
+    if (decided.empty()) co_return;
+
+    int64_t released = 0;
+    if (!rel_keys.empty()) {
+        Query rq;
+        rq.sql = "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
+        rq.params = {text_param(pg_text_array(rel_tenants)), text_param(pg_text_array(rel_queues)),
+                     text_param(pg_text_array(rel_keys)), text_param(pg_text_array(rel_tokens))};
+        rq.timeout_ms = cfg_.stmt_timeout_ms;
+        PgResult rr = co_await pool_->query(Lane::maint, std::move(rq));
+        if (!rr.ok || rr.rows() != 1) {
+            // Kept parked (less what was announced): the next cycle tries again.
+            note_error("hand-back after reconnecting", rr);
+            co_return;
+        }
+        released = std::stoll(rr.get(0, 0));
+    }
+    // Decided fires leave the books, their rows with them, in one pass from the back.
+    for (auto it = decided.rbegin(); it != decided.rend(); ++it) {
+        for (const ParkedSegment &ps : parked_[*it].segments)
+            for (auto &[key, tok] : ps.rows) held_.erase({ps.tenant, ps.queue, key});
+        parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(*it));
+    }
+    int64_t still = 0;
+    for (const ParkedFire &pf : parked_)
+        for (const ParkedSegment &ps : pf.segments) still += static_cast<int64_t>(ps.rows.size());
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.failover.handed_back_total += released;
+        stats_.f.failover.parked_claims = still;
+        stats_.f.released_total += released;
+    }
+    if (released > 0)
+        log_.info("handed back " + std::to_string(released) +
+                  " claim(s) held when the connection was lost, instead of waiting out the lease");
 }
 
 }  // namespace qsw

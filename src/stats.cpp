@@ -91,6 +91,7 @@ nlohmann::json Stats::to_json() {
                                                   {"calls_total", p.lane_calls_total[l]}};
     }
     j["db_state"] = p.db_state.empty() ? "connecting" : p.db_state;
+    j["failover"] = x.failover.to_json();
     j["db_last_error"] = p.last_error;
     j["pool"] = {{"connections", p.connections},
                  {"idle", p.idle},

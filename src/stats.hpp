@@ -29,6 +29,53 @@ private:
     size_t next_ = 0;
 };
 
+// A lost connection and what followed it (drain.cpp): when and where it was lost, the
+// server found again, when firing resumed, the claims handed back, and the fires whose
+// outcome the lost connection took with it, resolved from the log after reconnecting.
+struct FailoverFigures {
+    int64_t lost_total = 0;              // drain calls that got no answer (connection, deadline, read-only)
+    int64_t last_lost_unix_ms = -1;
+    std::string last_lost_phase;         // claim, fire, fail, connection
+    std::string last_lost_error;
+    std::string lost_server;             // host:port the connection was on when it was lost
+    std::string server;                  // host:port of the server the sweeper talks to now
+    bool server_in_recovery = false;
+    int64_t server_changes_total = 0;    // a different server after a loss: a failover
+    int64_t reconnected_unix_ms = -1;    // the server was identified again after the loss
+    int64_t resumed_unix_ms = -1;        // the first fire committed after the loss
+    int64_t last_gap_ms = -1;            // lost -> resumed
+    int64_t read_only_total = 0;         // drain calls refused by a read-only server (25006)
+    int64_t parked_claims = 0;           // claims held from a lost call, waiting to be handed back
+    int64_t handed_back_total = 0;       // of those, handed back (token-matched) after reconnecting
+    int64_t in_doubt_fires_total = 0;    // fire calls sent whose answer was lost
+    int64_t in_doubt_fired_total = 0;    // ... found committed in the log: announced through on_fired
+    int64_t in_doubt_not_fired_total = 0;  // ... found not committed: their claims handed back
+    int64_t in_doubt_pending = 0;        // ... not resolved yet
+    int64_t in_doubt_timers_announced_total = 0;
+
+    nlohmann::json to_json() const {
+        return {{"lost_total", lost_total},
+                {"last_lost_unix_ms", last_lost_unix_ms},
+                {"last_lost_phase", last_lost_phase},
+                {"last_lost_error", last_lost_error},
+                {"lost_server", lost_server},
+                {"server", server},
+                {"server_in_recovery", server_in_recovery},
+                {"server_changes_total", server_changes_total},
+                {"reconnected_unix_ms", reconnected_unix_ms},
+                {"resumed_unix_ms", resumed_unix_ms},
+                {"last_gap_ms", last_gap_ms},
+                {"read_only_total", read_only_total},
+                {"parked_claims", parked_claims},
+                {"handed_back_total", handed_back_total},
+                {"in_doubt", {{"fires_total", in_doubt_fires_total},
+                              {"fired_total", in_doubt_fired_total},
+                              {"not_fired_total", in_doubt_not_fired_total},
+                              {"pending", in_doubt_pending},
+                              {"timers_announced_total", in_doubt_timers_announced_total}}}};
+    }
+};
+
 struct Figures {
     std::string state = "created";  // created, running, stopping, stopped, disabled
     std::string broker_id;
@@ -90,6 +137,7 @@ struct Figures {
     int loop_close_rc = -1;             // uv_loop_close result after stop (0 = clean; -1 before)
     bool teardown_clean = false;
     PoolFigures pool;
+    FailoverFigures failover;
     nlohmann::json config = nlohmann::json::object();
 };
 

@@ -81,6 +81,23 @@ private:
     Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
                          const std::string &cls);
     Task<void> release_held();
+    // Failover (drain.cpp): calls a lost connection left without an answer.
+    struct ParkedSegment {
+        std::string tenant, queue, partition;
+        int64_t count = 0;
+        std::string hashes;  // empty: rows of a failed fail call, nothing to look for in the log
+        std::vector<std::pair<std::string, std::string>> rows;  // (timer key, claim token), frame order
+    };
+    struct ParkedFire {
+        bool in_doubt = false;  // sent, answer lost: it may have committed
+        bool counted = false;   // its resolution is in the stats already
+        std::vector<ParkedSegment> segments;
+    };
+    void park(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const std::vector<size_t> *only,
+              bool in_doubt);
+    void note_lost(const char *phase, const PgResult &r);
+    Task<void> recover_after_loss();
+    Task<bool> identify_server();
     Task<void> release_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected);
     Task<bool> kv_prune(const std::vector<int16_t> &shards, int64_t row_budget, bool &kv_work);
     void phase_off_config(const char *phase, const PgResult &r);
@@ -152,6 +169,11 @@ private:
     std::minstd_rand rng_;
     // Claims this sweeper holds: (tenant, queue, key) -> token. Released at a graceful stop.
     std::map<std::tuple<std::string, std::string, std::string>, std::string> held_;
+    std::vector<ParkedFire> parked_;
+    int64_t seen_disconnects_ = 0;
+    bool identify_pending_ = true;   // learn the server's host:port on the next cycle
+    bool awaiting_resume_ = false;   // a loss was seen and no fire has committed since
+    bool reconnected_since_loss_ = false;  // the server was found again since the last loss
 };
 
 int64_t wall_now_ms();
