@@ -1,0 +1,263 @@
+"""Upgrade.*: the previous released schema (tests/upgrade/v1/, a copy of sql/ as of commit
+f43141e) on a populated database, then the current sql/*.sql on top of it.
+
+What must hold after the upgrade: every timer, KV row and log segment written under v1 is
+still there and reads back the same through the v1 functions a host calls; re-applying the
+current schema changes nothing; and a sweeper of this build fires every old timer exactly
+once - including those an old broker had claimed when it died, once their lease is over.
+
+Two ways to upgrade, both tested: an operator running the files in order (`psql -f` each,
+here one execute per file), and a broker starting with apply_schema=true (the schema
+embedded in the library).
+
+Run:  eval "$(tests/pg start "$(mktemp -d)")"
+      QUEEN_SWEEPER_LIBRARY=build/libqueen_sweeper.so PYTHONPATH=bindings/python \\
+          /usr/bin/python3 -m pytest -q tests/upgrade
+Each test creates and drops its own database in that cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg2
+import psycopg2.extensions
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "bindings" / "python"))
+
+from queen_sweeper import Sweeper, decode_segment  # noqa: E402
+
+TENANT = "00000000-0000-0000-0000-000000000001"
+OTHER_TENANT = "00000000-0000-0000-0000-0000000000a2"
+TIMER_QUEUE = "upgrade-timers"
+LOG_QUEUE = "upgrade-log"
+PARTITIONS = ["p0", "p1", "p2", "Default"]
+N_TIMERS = 60          # due at once, across tenants and partitions
+N_CLAIMED = 8          # of them claimed by the "old broker" that dies
+N_LATER = 5            # due a few seconds after the upgrade
+OLD_LEASE_MS = 2000
+
+
+def v1_files() -> list[Path]:
+    files = sorted(HERE.glob("v1/[0-9][0-9][0-9]_*.sql"))
+    assert [f.name for f in files] == ["001_log.sql", "002_timers.sql", "003_kv.sql",
+                                       "004_kv_maintenance.sql"], files
+    return files
+
+
+def current_files() -> list[Path]:
+    files = sorted((ROOT / "sql").glob("[0-9][0-9][0-9]_*.sql"))
+    assert files, "no sql/NNN_*.sql"
+    return files
+
+
+def admin_conninfo() -> str:
+    # The superuser: creating a database and applying 005_roles.sql need it.
+    value = os.environ.get("QUEEN_TEST_ADMIN_CONNINFO") or os.environ.get("QUEEN_TEST_CONNINFO")
+    if not value and not os.environ.get("PGHOST"):
+        pytest.fail("QUEEN_TEST_CONNINFO is not set: start a database with "
+                    "`eval \"$(tests/pg start $(mktemp -d))\"` (database tests never skip)")
+    return value or ""
+
+
+@pytest.fixture()
+def database():
+    """A fresh database of its own in the test cluster; its conninfo. Dropped afterwards."""
+    admin = psycopg2.connect(admin_conninfo())
+    admin.autocommit = True
+    name = "queen_upgrade_" + uuid.uuid4().hex[:10]
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    dsn = psycopg2.extensions.parse_dsn(admin.dsn)
+    dsn["dbname"] = name
+    conninfo = " ".join(f"{k}={v}" for k, v in dsn.items())
+    try:
+        yield conninfo
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+def connect(conninfo: str):
+    conn = psycopg2.connect(conninfo)
+    conn.autocommit = True
+    return conn
+
+
+def run_files(conn, files) -> None:
+    for path in files:
+        with conn.cursor() as cur:
+            try:
+                cur.execute(path.read_text(encoding="utf-8"))
+            except psycopg2.Error as exc:
+                raise AssertionError(f"{path.relative_to(ROOT)} failed: {exc}") from exc
+
+
+def one(conn, sql, args=()):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchone()[0]
+
+
+def rows(conn, sql, args=()):
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall()
+
+
+def populate(conn) -> dict:
+    """Write through v1's functions as a v1 host and a v1 broker would; return what was written."""
+    timers = {}   # txn -> (tenant, partition, payload)
+    ops_by_tenant: dict[str, list] = {TENANT: [], OTHER_TENANT: []}
+    for i in range(N_TIMERS):
+        tenant = TENANT if i % 3 else OTHER_TENANT
+        txn = f"upgrade-txn-{i}"
+        payload = f"timer {i} scheduled under v1".encode()
+        op = {"op": "schedule", "queue": TIMER_QUEUE, "timerKey": f"key-{i}", "delayMs": 0,
+              "txn": txn, "payload": base64.b64encode(payload).decode()}
+        if i % 5:   # the rest take the default partition
+            op["partition"] = PARTITIONS[i % 3]
+        ops_by_tenant[tenant].append(op)
+        timers[txn] = (tenant, op.get("partition", "Default"), payload)
+    for i in range(N_LATER):
+        txn = f"upgrade-later-{i}"
+        payload = f"later {i}".encode()
+        ops_by_tenant[TENANT].append({
+            "op": "schedule", "queue": TIMER_QUEUE, "timerKey": f"later-{i}", "delayMs": 3000,
+            "partition": "p0", "txn": txn, "payload": base64.b64encode(payload).decode()})
+        timers[txn] = (TENANT, "p0", payload)
+    message_ids = {}
+    for tenant, ops in ops_by_tenant.items():
+        results = one(conn, "SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
+                      (json.dumps(ops), tenant))
+        assert [r["status"] for r in results] == ["scheduled"] * len(ops), results
+        for op, r in zip(ops, results):
+            message_ids[op["txn"]] = r["messageId"]
+
+    # An old broker claims a few due timers with a short lease, then dies holding them.
+    claimed = rows(conn, "SELECT txn, claim_token FROM queen.log_timers_claim_v1("
+                         "NULL::int2[], now(), %s, %s, %s)", (OLD_LEASE_MS, N_CLAIMED, N_CLAIMED))
+    assert len(claimed) == N_CLAIMED, claimed
+
+    # The log: two pushes of plain messages (no timer) on a queue of their own.
+    for batch in (["log-a", "log-b", "log-c"], ["log-d"]):
+        hashes = b"".join(hashlib.md5(t.encode()).digest() for t in batch)
+        one(conn, "SELECT queen.log_push_v1(%s::uuid, %s, 'p0', %s, %s, %s, now())",
+            (TENANT, LOG_QUEUE, len(batch), psycopg2.Binary(hashes),
+             psycopg2.Binary(("v1 blob " + ",".join(batch)).encode())))
+
+    # KV: one row forever, one with a long ttl, one already expired (a read hides it).
+    one(conn, "SELECT queen.kv_put_v1(%s::uuid, 'ns', 'forever', %s::jsonb, NULL, true, now())",
+        (TENANT, json.dumps({"v": 1, "kept": "forever"})))
+    one(conn, "SELECT queen.kv_put_v1(%s::uuid, 'ns', 'ttl', %s::jsonb, 3600000, NULL, now())",
+        (TENANT, json.dumps({"v": 2})))
+    one(conn, "SELECT queen.kv_put_v1(%s::uuid, 'ns', 'gone', %s::jsonb, 1, NULL, now() - interval '1 hour')",
+        (TENANT, json.dumps({"v": 3})))
+    return {"timers": timers, "message_ids": message_ids,
+            "claimed": {txn for txn, _ in claimed}}
+
+
+def snapshot(conn) -> dict:
+    """What a host reads back through the v1 functions, plus the raw timer rows."""
+    return {
+        "log": rows(conn, "SELECT base_offset, end_offset, count, hashes, blob, created_at "
+                          "FROM queen.log_read_v1(%s::uuid, %s, 'p0', 0, 100)", (TENANT, LOG_QUEUE)),
+        "kv": [one(conn, "SELECT queen.kv_get_v1(%s::uuid, 'ns', %s, now())", (TENANT, k))
+               for k in ("forever", "ttl", "gone")],
+        "timers": rows(conn, "SELECT tenant_id, queue, timer_key, partition, deliver_at, txn, "
+                             "message_id, payload, claim_token, claimed_until, attempts "
+                             "FROM queen.log_timers ORDER BY tenant_id, queue, timer_key"),
+        "peek": one(conn, "SELECT queen.log_timers_peek_v1(%s::uuid, %s, 'key-1')",
+                    (TENANT, TIMER_QUEUE)),
+    }
+
+
+def fired_txns(conn) -> dict:
+    """txn -> [(tenant, partition, message_id, payload)] for every frame of the timer queue."""
+    seen: dict[str, list] = {}
+    for tenant in (TENANT, OTHER_TENANT):
+        for partition in PARTITIONS:
+            for (blob,) in rows(conn, "SELECT blob FROM queen.log_read_v1(%s::uuid, %s, %s, 0, NULL)",
+                                (tenant, TIMER_QUEUE, partition)):
+                for frame in decode_segment(bytes(blob)):
+                    seen.setdefault(frame.txn, []).append(
+                        (tenant, partition, str(frame.message_id), frame.payload))
+    return seen
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.mark.parametrize("how", ["sql_files_in_order", "broker_apply_schema"])
+def test_upgrade_from_v1_keeps_data_and_fires_old_timers(database, how):
+    conn = connect(database)
+    try:
+        run_files(conn, v1_files())
+        written = populate(conn)
+        before = snapshot(conn)
+        assert len(before["timers"]) == N_TIMERS + N_LATER
+        assert before["kv"][0]["value"] == {"v": 1, "kept": "forever"}
+        assert before["kv"][1]["value"] == {"v": 2}
+        assert before["kv"][2] is None, before["kv"][2]     # expired: a read never returns it
+
+        config = {"conninfo": database, "broker_id": f"upgrade-{how}", "read_env": False,
+                  "sweeper_max_sleep_ms": 200, "log_level": "warn"}
+        if how == "sql_files_in_order":
+            run_files(conn, current_files())
+            run_files(conn, current_files())          # re-applying is a no-op
+            after = snapshot(conn)
+            assert after == before, "the upgrade changed data written under v1"
+        else:
+            config["apply_schema"] = True
+
+        if how == "sql_files_in_order" and (ROOT / "sql" / "006_version.sql").exists():
+            # The schema records its version from 006 on; v1 had no such record.
+            assert one(conn, "SELECT queen.schema_version_v1()") >= 2
+
+        logs: list[str] = []
+        with Sweeper(**config) as sw:
+            sw.on_log(lambda level, msg: logs.append(f"{level} {msg}"))
+            sw.start()
+            try:
+                wait_for(lambda: one(conn, "SELECT count(*) FROM queen.log_timers") == 0, 90,
+                         "every v1 timer to fire after the upgrade")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; sweeper log: {logs}; stats: {sw.stats()}") from None
+            stats = sw.stats()
+            sw.stop(10000)
+
+        assert stats["fired_total"] == N_TIMERS + N_LATER, (stats, logs)
+        seen = fired_txns(conn)
+        timers = written["timers"]
+        assert set(seen) == set(timers), sorted(set(timers) ^ set(seen))
+        for txn, hits in seen.items():
+            assert len(hits) == 1, f"{txn} fired {len(hits)} times"
+            tenant, partition, message_id, payload = hits[0]
+            assert (tenant, partition, payload) == timers[txn], txn
+            assert message_id == written["message_ids"][txn], txn   # the id v1 handed out
+
+        # Rows claimed by the dead v1 broker fired too, only after its lease.
+        assert written["claimed"] <= set(seen)
+        # The data a host reads through the v1 functions is still there after the fire.
+        after = snapshot(conn)
+        assert after["log"] == before["log"]
+        assert after["kv"][:2] == before["kv"][:2]
+    finally:
+        conn.close()

@@ -1,0 +1,1543 @@
+-- 002_timers.sql: queen.log_timers and every timer function (apply, due, claim, fire,
+-- fail, dlq, release, peek, list).
+--
+-- Idempotent and lock-free on re-apply, like 001 (see its header). Every function takes
+-- the caller's `now`; none reads the clock itself, so one cycle sees one instant.
+--
+-- A row is "in somebody's hands" only while claim_token is set AND claimed_until > now.
+-- A failed fire nulls the token and pushes claimed_until out (backoff): such a row is in
+-- nobody's hands, so it can be cancelled or rescheduled, and it becomes due again when its
+-- visible_at (the later of deliver_at and claimed_until) passes.
+--
+-- Broker-wide lock order: kv, then log_timers, then advisory locks, then queues, then
+-- log_partitions. No function here takes an advisory lock, and every lock on log_timers
+-- rows taken by the sweeper's functions (claim, fire, fail, dlq, release) is taken with
+-- SKIP LOCKED, so the sweeper never waits on a timer row.
+
+CREATE SCHEMA IF NOT EXISTS queen;
+
+-- The apply mutex (see 001); repeated so this file also stands alone under `psql -f`.
+CREATE TABLE IF NOT EXISTS queen.schema_apply (
+    id          int PRIMARY KEY CHECK (id = 1),
+    applied_at  timestamptz NOT NULL,
+    apply_count bigint NOT NULL DEFAULT 1
+);
+INSERT INTO queen.schema_apply AS s (id, applied_at)
+VALUES (1, clock_timestamp())
+ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
+
+-- ---------------------------------------------------------------------------------------
+-- The table
+-- ---------------------------------------------------------------------------------------
+
+-- Storage settings of queen.log_timers.
+--   fillfactor = 70: not measured (2026-11-29): by analogy with queen.log_partitions.
+--     Symptom it addresses there: a row rewritten on every operation (claim, fail, release)
+--     needs free space on its page to stay on it. No number observed on this table yet.
+--   autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+--   autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000,
+--   autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000,
+--   autovacuum_vacuum_cost_delay = 1:
+--     not measured (2026-11-29): by analogy with queen.log_partitions. Every timer is
+--     inserted, updated at least once (the claim) and deleted (the fire), so the table is
+--     all churn; the defaults (20% dead before a vacuum) would let dead index entries pile
+--     up under the (shard, visible_at) index the probe seeks on every cycle. How many
+--     timers per second a machine sustains before this autovacuum enters the profile, and
+--     how many autovacuum workers it occupies in steady state, are NOT measured
+--     (sweeper-internals.md, "Numbers on this page that are not measured").
+--   vacuum_truncate = off: not measured (2026-11-29): by analogy with queen.log_partitions.
+--     Truncating the heap's tail takes an ACCESS EXCLUSIVE lock, which would stall the
+--     claim and the fire behind a vacuum; a burst's peak size is kept instead.
+CREATE TABLE IF NOT EXISTS queen.log_timers (
+    tenant_id     uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001',
+    queue         text COLLATE "C" NOT NULL,
+    timer_key     text COLLATE "C" NOT NULL,
+    partition     text COLLATE "C" NOT NULL DEFAULT 'Default',
+    deliver_at    timestamptz NOT NULL,
+    txn           text NOT NULL,
+    message_id    uuid NOT NULL,
+    payload       bytea NOT NULL,
+    payload_zstd  boolean NOT NULL DEFAULT false,
+    encrypted     boolean NOT NULL DEFAULT false,
+    producer_sub  text,
+    attempts      int NOT NULL DEFAULT 0,
+    last_error    text,
+    claimed_until timestamptz,
+    claim_token   uuid,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    -- 64 shards, fixed forever: there is no shard-count knob and there must never be one.
+    -- Shards spread contention; every broker scans every shard.
+    shard         smallint GENERATED ALWAYS AS ((hashtextextended(timer_key, 0) & 63)::smallint) STORED,
+    visible_at    timestamptz GENERATED ALWAYS AS
+                      (greatest(deliver_at, coalesce(claimed_until, deliver_at))) STORED,
+    PRIMARY KEY (tenant_id, queue, timer_key)
+) WITH (
+    fillfactor = 70,
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.01,
+    autovacuum_vacuum_insert_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_analyze_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 1,
+    vacuum_truncate = off
+);
+
+-- The only secondary index: the probe's 64 single-row seeks and the claim's per-shard scan.
+DO $apply$
+BEGIN
+    IF to_regclass('queen.log_timers_shard_visible_idx') IS NULL THEN
+        CREATE INDEX log_timers_shard_visible_idx ON queen.log_timers (shard, visible_at);
+    END IF;
+END
+$apply$;
+
+-- ---------------------------------------------------------------------------------------
+-- Small helpers
+-- ---------------------------------------------------------------------------------------
+
+-- queen.epoch_ms_v1(ts) -> bigint: Unix epoch milliseconds, rounded down. Locks: none.
+CREATE OR REPLACE FUNCTION queen.epoch_ms_v1(p_ts timestamptz)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT
+AS $fn$
+    SELECT floor(extract(epoch FROM p_ts) * 1000)::bigint
+$fn$;
+
+-- queen.all_shards_v1() -> int2[]: 0..63 in order, for callers that pass null shards.
+-- Locks: none.
+CREATE OR REPLACE FUNCTION queen.all_shards_v1()
+RETURNS int2[]
+LANGUAGE sql IMMUTABLE
+AS $fn$
+    SELECT array_agg(g::int2 ORDER BY g) FROM generate_series(0, 63) AS g
+$fn$;
+
+-- queen.log_timers_op_field_v1(op, index, field, json type, required) -> jsonb
+-- One field of an apply op, type-checked; a JSON null counts as absent; strings other than
+-- payload must not be empty. Raises 22023 naming the op index and the field. Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_op_field_v1(
+    p_op jsonb, p_idx int, p_field text, p_type text, p_required boolean)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $fn$
+DECLARE
+    v_val jsonb := p_op -> p_field;
+BEGIN
+    IF v_val IS NULL OR jsonb_typeof(v_val) = 'null' THEN
+        IF p_required THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: missing required field', p_idx, p_field
+                USING ERRCODE = '22023';
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(v_val) <> p_type THEN
+        RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: must be a JSON %, got %',
+            p_idx, p_field, p_type, jsonb_typeof(v_val) USING ERRCODE = '22023';
+    END IF;
+    -- An empty payload is a payload (a bare signal); an empty name is a mistake.
+    IF p_type = 'string' AND v_val #>> '{}' = '' AND p_field <> 'payload' THEN
+        RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: must not be empty', p_idx, p_field
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN v_val;
+END
+$fn$;
+
+-- queen.log_timers_payload_json_v1(payload, zstd, encrypted) -> jsonb
+-- What a dead letter carries: the payload itself when it is UTF-8 JSON; otherwise
+-- {"_raw_b64": ...}, plus "_zstd": true when it is compressed (SQL cannot decompress it)
+-- and "_encrypted": true when it is ciphertext (never decrypted here). Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_payload_json_v1(
+    p_payload bytea, p_zstd boolean, p_encrypted boolean)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $fn$
+DECLARE
+    v_raw   jsonb := jsonb_build_object('_raw_b64', translate(encode(p_payload, 'base64'), E'\n\r', ''));
+    v_first text;
+BEGIN
+    IF p_zstd THEN
+        v_raw := v_raw || jsonb_build_object('_zstd', true);
+    END IF;
+    IF p_encrypted THEN
+        v_raw := v_raw || jsonb_build_object('_encrypted', true);
+    END IF;
+    IF p_zstd OR p_encrypted THEN
+        RETURN v_raw;
+    END IF;
+    -- Cheap pre-check so that obviously non-JSON payloads cost no subtransaction.
+    v_first := substring(ltrim(encode(substring(p_payload FROM 1 FOR 64), 'escape'), E' \t\r\n') FROM 1 FOR 1);
+    IF v_first IS NULL OR v_first = '' OR v_first !~ '^[\[{"0-9tfn-]$' THEN
+        RETURN v_raw;
+    END IF;
+    BEGIN
+        RETURN convert_from(p_payload, 'UTF8')::jsonb;
+    EXCEPTION WHEN others THEN
+        RETURN v_raw;
+    END;
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 1. apply: schedule / reschedule / cancel
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_apply_v1(ops jsonb, tenant uuid, producer_sub text, now timestamptz) -> jsonb
+-- A batch of at most 256 ops; returns a JSON array index-aligned with ops, each
+--   {"ok", "status", "messageId", "deliverAt", "deliverAtMs"}  (+ "replaced" for schedule)
+-- status: scheduled | rescheduled | cancelled | absent | too_late. ok is true only for
+-- scheduled, rescheduled and cancelled.
+--   schedule   inserts; an existing row in nobody's hands is REPLACED (new message id,
+--              payload, txn, partition, deliver_at; attempts, last_error and any backoff
+--              cleared; "replaced": true). A row in somebody's hands -> too_late.
+--   reschedule sets deliver_at = now + delayMs on an existing row in nobody's hands, and
+--              clears attempts, last_error and backoff (it is the user's new instruction);
+--              payload (+ payloadZstd, encrypted, taken as false when omitted), txn and
+--              partition change only when given. Missing -> absent; in hands -> too_late.
+--   cancel     deletes unless in somebody's hands (too_late); missing -> absent.
+-- delayMs is relative to now; a negative delay counts as 0 and fires on the first cycle.
+-- Refused with 22023, message naming ops[i] and the field: server-owned fields (messageId,
+-- deliverAt, deliverAtMs, attempts, claimToken, claimedUntil, shard, visibleAt, createdAt,
+-- updatedAt, tenantId, lastError, producerSub), unknown fields, unknown op, missing
+-- required field (queue, timerKey always; txn, payload, delayMs for schedule; delayMs for
+-- reschedule), wrong JSON type, empty string, non-integer delayMs, delayMs over 90 days,
+-- invalid base64, payload over 1 MiB decoded, payloadZstd/encrypted on a reschedule
+-- without payload, a duplicate (queue, timerKey), more than 256 ops, ops not an array.
+-- Refused with 55000 'timers_schedule_enabled is off' when that switch is false and the
+-- batch holds a schedule or reschedule (cancel is always allowed). Validation completes
+-- before any write: a refused batch writes nothing.
+-- Locks: rows of queen.log_timers only (INSERT ... ON CONFLICT / UPDATE / DELETE), taken
+-- in (queue, timerKey) order under collation "C" whatever the order of ops, so two
+-- concurrent applies cannot deadlock. May wait on a row held by a running claim or fire
+-- transaction (this is the user's write path, not the sweeper's).
+CREATE OR REPLACE FUNCTION queen.log_timers_apply_v1(
+    p_ops jsonb, p_tenant uuid, p_producer_sub text, p_now timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    c_max_ops     constant int := 256;
+    c_max_payload constant int := 1048576;
+    c_max_delay   constant bigint := 90::bigint * 24 * 3600 * 1000;
+    c_owned       constant text[] := ARRAY['messageId', 'deliverAt', 'deliverAtMs', 'attempts',
+        'claimToken', 'claimedUntil', 'shard', 'visibleAt', 'createdAt', 'updatedAt',
+        'tenantId', 'lastError', 'producerSub'];
+    c_known       constant text[] := ARRAY['op', 'queue', 'timerKey', 'partition', 'delayMs',
+        'txn', 'payload', 'payloadZstd', 'encrypted'];
+    v_n        int;
+    v_idx      int;
+    v_op       jsonb;
+    v_field    text;
+    v_val      jsonb;
+    v_str      text;
+    v_num      numeric;
+    v_kind     text[] := '{}';
+    v_queue    text[] := '{}';
+    v_key      text[] := '{}';
+    v_part     text[] := '{}';
+    v_delay    bigint[] := '{}';
+    v_txn      text[] := '{}';
+    v_payload  bytea[] := '{}';
+    v_zstd     boolean[] := '{}';
+    v_enc      boolean[] := '{}';
+    v_order    int[];
+    v_results  jsonb[] := '{}';
+    v_dup      record;
+    v_i        int;
+    v_deliver  timestamptz;
+    v_mid      uuid;
+    v_rmid     uuid;
+    v_rdeliver timestamptz;
+    v_replaced boolean;
+BEGIN
+    IF p_tenant IS NULL OR p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_apply_v1: tenant and now must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' THEN
+        RAISE EXCEPTION 'log_timers_apply_v1: ops must be a JSON array' USING ERRCODE = '22023';
+    END IF;
+    v_n := jsonb_array_length(p_ops);
+    IF v_n > c_max_ops THEN
+        RAISE EXCEPTION 'log_timers_apply_v1: ops has % operations, at most % per call', v_n, c_max_ops
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN '[]'::jsonb;
+    END IF;
+
+    -- Validate every op, in index order, before writing anything.
+    FOR v_idx IN 0 .. v_n - 1 LOOP
+        v_op := p_ops -> v_idx;
+        IF jsonb_typeof(v_op) <> 'object' THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: ops[%]: each op must be a JSON object, got %',
+                v_idx, jsonb_typeof(v_op) USING ERRCODE = '22023';
+        END IF;
+        FOR v_field IN SELECT k FROM jsonb_object_keys(v_op) AS k LOOP
+            IF v_field = ANY (c_owned) THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: server-owned field, not accepted in an op',
+                    v_idx, v_field USING ERRCODE = '22023';
+            END IF;
+            IF NOT v_field = ANY (c_known) THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: unknown field', v_idx, v_field
+                    USING ERRCODE = '22023';
+            END IF;
+        END LOOP;
+
+        v_str := queen.log_timers_op_field_v1(v_op, v_idx, 'op', 'string', true) #>> '{}';
+        IF v_str NOT IN ('schedule', 'reschedule', 'cancel') THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: ops[%].op: unknown op "%" (expected schedule, reschedule or cancel)',
+                v_idx, v_str USING ERRCODE = '22023';
+        END IF;
+        v_kind := v_kind || v_str;
+        v_queue := v_queue || (queen.log_timers_op_field_v1(v_op, v_idx, 'queue', 'string', true) #>> '{}');
+        v_key := v_key || (queen.log_timers_op_field_v1(v_op, v_idx, 'timerKey', 'string', true) #>> '{}');
+        v_part := v_part || (queen.log_timers_op_field_v1(v_op, v_idx, 'partition', 'string', false) #>> '{}');
+        v_txn := v_txn || (queen.log_timers_op_field_v1(v_op, v_idx, 'txn', 'string', v_str = 'schedule') #>> '{}');
+
+        v_val := queen.log_timers_op_field_v1(v_op, v_idx, 'delayMs', 'number', v_str <> 'cancel');
+        IF v_val IS NULL THEN
+            v_delay := v_delay || NULL::bigint;
+        ELSE
+            v_num := (v_val #>> '{}')::numeric;
+            IF v_num <> trunc(v_num) THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].delayMs: must be an integer number of milliseconds',
+                    v_idx USING ERRCODE = '22023';
+            END IF;
+            IF v_num > c_max_delay THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].delayMs: % ms is beyond the 90-day horizon (% ms)',
+                    v_idx, v_num, c_max_delay USING ERRCODE = '22023';
+            END IF;
+            v_delay := v_delay || greatest(v_num, 0)::bigint;
+        END IF;
+
+        v_val := queen.log_timers_op_field_v1(v_op, v_idx, 'payload', 'string', v_str = 'schedule');
+        IF v_val IS NULL THEN
+            v_payload := v_payload || NULL::bytea;
+        ELSE
+            v_field := regexp_replace(v_val #>> '{}', '[[:space:]]', '', 'g');
+            IF v_field !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: invalid base64', v_idx
+                    USING ERRCODE = '22023';
+            END IF;
+            IF length(v_field) / 4 * 3 > c_max_payload + 2 THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: over the 1 MiB limit (% bytes)',
+                    v_idx, c_max_payload USING ERRCODE = '22023';
+            END IF;
+            v_payload := v_payload || decode(v_field, 'base64');
+            IF octet_length(v_payload[v_idx + 1]) > c_max_payload THEN
+                RAISE EXCEPTION 'log_timers_apply_v1: ops[%].payload: % bytes decoded, over the 1 MiB limit (% bytes)',
+                    v_idx, octet_length(v_payload[v_idx + 1]), c_max_payload USING ERRCODE = '22023';
+            END IF;
+        END IF;
+
+        v_zstd := v_zstd || (queen.log_timers_op_field_v1(v_op, v_idx, 'payloadZstd', 'boolean', false) #>> '{}')::boolean;
+        v_enc := v_enc || (queen.log_timers_op_field_v1(v_op, v_idx, 'encrypted', 'boolean', false) #>> '{}')::boolean;
+        IF v_str = 'reschedule' AND v_payload[v_idx + 1] IS NULL
+           AND (v_zstd[v_idx + 1] IS NOT NULL OR v_enc[v_idx + 1] IS NOT NULL) THEN
+            RAISE EXCEPTION 'log_timers_apply_v1: ops[%].%: only accepted together with payload',
+                v_idx, CASE WHEN v_zstd[v_idx + 1] IS NOT NULL THEN 'payloadZstd' ELSE 'encrypted' END
+                USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+
+    -- One op per timer per call.
+    SELECT d.ord, d.first_ord INTO v_dup
+      FROM (SELECT u.ord,
+                   first_value(u.ord) OVER (PARTITION BY u.q, u.k ORDER BY u.ord) AS first_ord
+              FROM unnest(v_queue, v_key) WITH ORDINALITY AS u(q, k, ord)) d
+     WHERE d.ord <> d.first_ord
+     ORDER BY d.ord
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'log_timers_apply_v1: ops[%].timerKey: duplicate (queue, timerKey), already named by ops[%]; one op per timer per call',
+            v_dup.ord - 1, v_dup.first_ord - 1 USING ERRCODE = '22023';
+    END IF;
+
+    IF ('schedule' = ANY (v_kind) OR 'reschedule' = ANY (v_kind))
+       AND NOT queen.switch_enabled_v1('timers_schedule_enabled', true) THEN
+        RAISE EXCEPTION 'timers_schedule_enabled is off'
+            USING ERRCODE = '55000',
+                  HINT = 'an operator paused scheduling (queen.system_state); cancel is still accepted';
+    END IF;
+
+    -- Write in (queue, timerKey) order; answer in ops order.
+    SELECT array_agg(u.ord::int ORDER BY u.q COLLATE "C", u.k COLLATE "C")
+      INTO v_order
+      FROM unnest(v_queue, v_key) WITH ORDINALITY AS u(q, k, ord);
+    v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
+
+    FOREACH v_i IN ARRAY v_order LOOP
+        v_rmid := NULL;
+        v_rdeliver := NULL;
+        IF v_kind[v_i] IN ('schedule', 'reschedule') THEN
+            v_deliver := p_now + v_delay[v_i] * interval '1 millisecond';
+        END IF;
+
+        IF v_kind[v_i] = 'schedule' THEN
+            v_mid := gen_random_uuid();
+            INSERT INTO queen.log_timers AS t
+                   (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload,
+                    payload_zstd, encrypted, producer_sub, attempts, last_error, claimed_until,
+                    claim_token, created_at, updated_at)
+            VALUES (p_tenant, v_queue[v_i], v_key[v_i], coalesce(v_part[v_i], 'Default'), v_deliver,
+                    v_txn[v_i], v_mid, v_payload[v_i], coalesce(v_zstd[v_i], false),
+                    coalesce(v_enc[v_i], false), p_producer_sub, 0, NULL, NULL, NULL, p_now, p_now)
+            ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE
+               SET partition = excluded.partition, deliver_at = excluded.deliver_at,
+                   txn = excluded.txn, message_id = excluded.message_id,
+                   payload = excluded.payload, payload_zstd = excluded.payload_zstd,
+                   encrypted = excluded.encrypted, producer_sub = excluded.producer_sub,
+                   attempts = 0, last_error = NULL, claimed_until = NULL, claim_token = NULL,
+                   created_at = excluded.created_at, updated_at = excluded.updated_at
+             WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+            RETURNING t.message_id, t.deliver_at, (t.xmax <> 0)
+                 INTO v_rmid, v_rdeliver, v_replaced;
+            IF FOUND THEN
+                v_results[v_i] := jsonb_build_object('ok', true, 'status', 'scheduled',
+                    'messageId', v_rmid, 'deliverAt', v_rdeliver,
+                    'deliverAtMs', queen.epoch_ms_v1(v_rdeliver), 'replaced', v_replaced);
+                CONTINUE;
+            END IF;
+
+        ELSIF v_kind[v_i] = 'reschedule' THEN
+            UPDATE queen.log_timers AS t
+               SET deliver_at = v_deliver,
+                   claimed_until = NULL, claim_token = NULL, attempts = 0, last_error = NULL,
+                   partition = coalesce(v_part[v_i], t.partition),
+                   txn = coalesce(v_txn[v_i], t.txn),
+                   payload = coalesce(v_payload[v_i], t.payload),
+                   payload_zstd = CASE WHEN v_payload[v_i] IS NULL THEN t.payload_zstd
+                                       ELSE coalesce(v_zstd[v_i], false) END,
+                   encrypted = CASE WHEN v_payload[v_i] IS NULL THEN t.encrypted
+                                    ELSE coalesce(v_enc[v_i], false) END,
+                   producer_sub = CASE WHEN v_payload[v_i] IS NULL THEN t.producer_sub
+                                       ELSE p_producer_sub END,
+                   updated_at = p_now
+             WHERE t.tenant_id = p_tenant AND t.queue = v_queue[v_i] AND t.timer_key = v_key[v_i]
+               AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+            RETURNING t.message_id, t.deliver_at INTO v_rmid, v_rdeliver;
+            IF FOUND THEN
+                v_results[v_i] := jsonb_build_object('ok', true, 'status', 'rescheduled',
+                    'messageId', v_rmid, 'deliverAt', v_rdeliver,
+                    'deliverAtMs', queen.epoch_ms_v1(v_rdeliver));
+                CONTINUE;
+            END IF;
+
+        ELSE
+            DELETE FROM queen.log_timers AS t
+             WHERE t.tenant_id = p_tenant AND t.queue = v_queue[v_i] AND t.timer_key = v_key[v_i]
+               AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+            RETURNING t.message_id, t.deliver_at INTO v_rmid, v_rdeliver;
+            IF FOUND THEN
+                v_results[v_i] := jsonb_build_object('ok', true, 'status', 'cancelled',
+                    'messageId', v_rmid, 'deliverAt', v_rdeliver,
+                    'deliverAtMs', queen.epoch_ms_v1(v_rdeliver));
+                CONTINUE;
+            END IF;
+        END IF;
+
+        -- Nothing written: the row is in somebody's hands, or it does not exist.
+        SELECT t.message_id, t.deliver_at INTO v_rmid, v_rdeliver
+          FROM queen.log_timers t
+         WHERE t.tenant_id = p_tenant AND t.queue = v_queue[v_i] AND t.timer_key = v_key[v_i];
+        IF FOUND THEN
+            v_results[v_i] := jsonb_build_object('ok', false, 'status', 'too_late',
+                'messageId', v_rmid, 'deliverAt', v_rdeliver,
+                'deliverAtMs', queen.epoch_ms_v1(v_rdeliver));
+        ELSE
+            v_results[v_i] := jsonb_build_object('ok', false, 'status', 'absent',
+                'messageId', NULL, 'deliverAt', NULL, 'deliverAtMs', NULL);
+        END IF;
+    END LOOP;
+
+    RETURN to_jsonb(v_results);
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 2. due: the probe
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_due_v1(shards int2[], now timestamptz, cap int) -> jsonb
+--   {"now", "nowMs", "nextInMs", "due", "dueCapped", "lateMs", "fireEnabled",
+--    "maintenance", "scheduleEnabled"}
+-- Read-only. nextInMs: ms from now until the smallest visible_at over the given shards
+-- (null shards = all 64), rounded up, 0 when that instant has passed, null when no row
+-- exists. due: rows with visible_at <= now, counted up to cap (null cap = 2000);
+-- dueCapped: more than cap exist. lateMs: now - smallest visible_at when due > 0, else 0.
+-- fireEnabled = timers_fire_enabled AND NOT maintenance_mode.
+-- The minimum is one single-row seek per shard on (shard, visible_at), never a scan; the
+-- count is a bounded range scan per shard on the same index.
+-- Locks: none (no row locks; ACCESS SHARE on the table).
+CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(p_shards int2[], p_now timestamptz, p_cap int)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $fn$
+DECLARE
+    v_shards int2[];
+    v_cap    int := greatest(coalesce(p_cap, 2000), 0);
+    v_head   timestamptz;
+    v_due    bigint;
+    v_fire   boolean;
+    v_maint  boolean;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_due_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(DISTINCT s) INTO v_shards
+      FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s
+     WHERE s BETWEEN 0 AND 63;
+
+    SELECT min(h.visible_at) INTO v_head
+      FROM unnest(v_shards) AS s(shard)
+      CROSS JOIN LATERAL (
+            SELECT t.visible_at
+              FROM queen.log_timers t
+             WHERE t.shard = s.shard
+             ORDER BY t.visible_at
+             LIMIT 1) h;
+
+    IF v_head IS NOT NULL AND v_head <= p_now THEN
+        SELECT count(*) INTO v_due
+          FROM (SELECT 1
+                  FROM unnest(v_shards) AS s(shard)
+                  CROSS JOIN LATERAL (
+                        SELECT 1
+                          FROM queen.log_timers t
+                         WHERE t.shard = s.shard AND t.visible_at <= p_now
+                         LIMIT v_cap + 1) d
+                 LIMIT v_cap + 1) x;
+    ELSE
+        v_due := 0;
+    END IF;
+
+    v_fire := queen.switch_enabled_v1('timers_fire_enabled', true);
+    v_maint := queen.switch_enabled_v1('maintenance_mode', false);
+
+    RETURN jsonb_build_object(
+        'now', p_now,
+        'nowMs', queen.epoch_ms_v1(p_now),
+        'nextInMs', CASE WHEN v_head IS NULL THEN NULL
+                         ELSE greatest(0, ceil(extract(epoch FROM (v_head - p_now)) * 1000))::bigint END,
+        'due', least(v_due, v_cap),
+        'dueCapped', v_due > v_cap,
+        'lateMs', CASE WHEN v_due > 0
+                       THEN floor(extract(epoch FROM (p_now - v_head)) * 1000)::bigint
+                       ELSE 0 END,
+        'fireEnabled', v_fire AND NOT v_maint,
+        'maintenance', v_maint,
+        'scheduleEnabled', queen.switch_enabled_v1('timers_schedule_enabled', true));
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 3. claim
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_claim_v1(shards int2[], now, lease_ms int, max_rows int, per_tenant int)
+--   -> table(tenant_id uuid, queue text, timer_key text, partition text, txn text,
+--            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
+--            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
+--            attempts int)
+-- Takes due rows (visible_at <= now and in nobody's hands), the globally oldest first: a
+-- read-only pass finds the instant of the pool-th oldest due row over every shard, then
+-- shards are visited in the array's order (null = 0..63; the caller rotates the start),
+-- each contributing its rows at or before that instant, oldest first. Candidates
+-- are collected up to a pool of 2 * max_rows (max_rows when per_tenant >= max_rows or is
+-- null/< 1, where fairness cannot change the choice); from the pool, max_rows rows are
+-- chosen ordered by (ceil(rank within tenant / per_tenant), visible_at): each tenant gets
+-- per_tenant rows before any tenant gets more, and when the other tenants have nothing the
+-- remainder still fills (work-conserving). Fairness holds within the pool; the index is
+-- (shard, visible_at) with no tenant in it, so a tenant whose rows are all younger than
+-- another tenant's whole pool-sized backlog waits for that backlog's head to move.
+-- Each claimed row gets its own fresh token and claimed_until = now + lease_ms.
+-- Rows come back in their pre-claim visible_at order; late_ms = now - deliver_at.
+-- Returns nothing when timers_fire_enabled is false or maintenance_mode is true.
+-- Refused with 22023: null now, lease_ms < 1.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); pool rows that
+-- are not chosen are held only until the end of the caller's statement.
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
+    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int)
+RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
+               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
+               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
+               attempts int)
+LANGUAGE plpgsql
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_shard    int2;
+    v_per      int;
+    v_pool_cap int;
+    v_cut      timestamptz;
+    v_n        int := 0;
+    v_got      int;
+    v_t        uuid[] := '{}';
+    v_q        text[] := '{}';
+    v_k        text[] := '{}';
+    v_v        timestamptz[] := '{}';
+    v_bt       uuid[];
+    v_bq       text[];
+    v_bk       text[];
+    v_bv       timestamptz[];
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_claim_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
+        RAISE EXCEPTION 'log_timers_claim_v1: lease_ms must be at least 1 (got %)', p_lease_ms
+            USING ERRCODE = '22023';
+    END IF;
+    IF p_max_rows IS NULL OR p_max_rows < 1 THEN
+        RETURN;
+    END IF;
+    IF NOT queen.switch_enabled_v1('timers_fire_enabled', true)
+       OR queen.switch_enabled_v1('maintenance_mode', false) THEN
+        RETURN;
+    END IF;
+
+    v_per := CASE WHEN p_per_tenant IS NULL OR p_per_tenant < 1 OR p_per_tenant >= p_max_rows
+                  THEN p_max_rows ELSE p_per_tenant END;
+    v_pool_cap := CASE WHEN v_per >= p_max_rows THEN p_max_rows ELSE 2 * p_max_rows END;
+
+    -- Oldest first across all shards, not within the first shards visited: read-only,
+    -- find the instant of the pool_cap-th oldest due row (at most pool_cap index entries
+    -- per shard, 64 seeks), and let each shard contribute only rows at or before it. A
+    -- backlog (a paused fire, a burst) then drains in deliver order, and no shard's
+    -- timers wait behind the shards the rotation happens to visit first.
+    SELECT max(z.v) INTO v_cut
+      FROM (SELECT k.v
+              FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s(sh)
+             CROSS JOIN LATERAL (SELECT t.visible_at AS v
+                                   FROM queen.log_timers t
+                                  WHERE t.shard = s.sh AND t.visible_at <= p_now
+                                  ORDER BY t.visible_at
+                                  LIMIT v_pool_cap) k
+             ORDER BY k.v
+             LIMIT v_pool_cap) z;
+    IF v_cut IS NULL THEN
+        RETURN;
+    END IF;
+
+    FOREACH v_shard IN ARRAY coalesce(p_shards, queen.all_shards_v1()) LOOP
+        EXIT WHEN v_n >= v_pool_cap;
+        SELECT array_agg(c.tenant_id ORDER BY c.visible_at), array_agg(c.queue ORDER BY c.visible_at),
+               array_agg(c.timer_key ORDER BY c.visible_at), array_agg(c.visible_at ORDER BY c.visible_at),
+               count(*)
+          INTO v_bt, v_bq, v_bk, v_bv, v_got
+          FROM (SELECT t.tenant_id, t.queue, t.timer_key, t.visible_at
+                  FROM queen.log_timers t
+                 WHERE t.shard = v_shard
+                   AND t.visible_at <= v_cut
+                   AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+                 ORDER BY t.visible_at
+                 LIMIT v_pool_cap - v_n
+                   FOR UPDATE SKIP LOCKED) c;
+        IF v_got > 0 THEN
+            v_t := v_t || v_bt;
+            v_q := v_q || v_bq;
+            v_k := v_k || v_bk;
+            v_v := v_v || v_bv;
+            v_n := v_n + v_got;
+        END IF;
+    END LOOP;
+
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH pool AS (
+        SELECT u.ct, u.cq, u.ck, u.cv
+          FROM unnest(v_t, v_q, v_k, v_v) AS u(ct, cq, ck, cv)
+    ), ranked AS (
+        SELECT p.ct, p.cq, p.ck, p.cv,
+               row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
+          FROM pool p
+    ), chosen AS (
+        SELECT r.ct, r.cq, r.ck, r.cv
+          FROM ranked r
+         ORDER BY (r.rn - 1) / v_per, r.cv, r.ct, r.cq COLLATE "C", r.ck COLLATE "C"
+         LIMIT p_max_rows
+    ), claimed AS (
+        UPDATE queen.log_timers AS t
+           SET claim_token = gen_random_uuid(),
+               claimed_until = p_now + p_lease_ms * interval '1 millisecond',
+               updated_at = p_now
+          FROM chosen c
+         WHERE t.tenant_id = c.ct AND t.queue = c.cq AND t.timer_key = c.ck
+        RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
+                  t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
+                  t.attempts, c.cv
+    )
+    SELECT x.tenant_id, x.queue::text, x.timer_key::text, x.partition::text, x.txn, x.message_id,
+           x.payload, x.payload_zstd, x.encrypted, x.producer_sub, x.claim_token,
+           queen.epoch_ms_v1(x.deliver_at),
+           floor(extract(epoch FROM (p_now - x.deliver_at)) * 1000)::bigint,
+           x.attempts
+      FROM claimed x
+     ORDER BY x.cv, x.tenant_id, x.queue, x.timer_key;
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 4. fire
+-- ---------------------------------------------------------------------------------------
+
+-- The ten-argument form of earlier builds is dropped once (a call with ten arguments
+-- would otherwise be ambiguous between it and this one).
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
+                       'text[], integer[], uuid[], timestamp with time zone)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
+                                               text[], integer[], uuid[], timestamptz);
+    END IF;
+END
+$drop$;
+
+-- queen.log_timers_fire_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
+--     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true) -> jsonb
+--   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
+--                | {"status": "stale", "held": n}
+--                | {"status": "duplicate", "duplicates": n, "released": n}
+--                | {"status": "busy", "count": n} (only with p_wait false) ],   (array order)
+--    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows}
+-- One transaction (the caller's statement). The timers of segment i are the entries with
+-- timer_seg = i, IN FRAME ORDER (the k-th of them is frame k, hashed at bytes 16k..16k+15
+-- of seg_hashes[i]); tenant and queue of a timer are its segment's.
+-- Refused with 22023 naming the array: segment arrays of different lengths, timer arrays
+-- of different lengths, a null element, seg_counts[i] < 1, seg_hashes[i] not
+-- 16 * seg_counts[i] bytes, timer_seg[j] outside 1..n, a segment whose timer count differs
+-- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
+-- segment (timers sharing a txn go in different segments).
+-- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
+-- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
+-- a segment is live only if it holds ALL its rows, else it is "stale" and its held rows
+-- are released in this call (token and claimed_until nulled: due again, no attempt spent).
+-- Live segments are processed as if one by one in array order; the work is done by
+-- statements over all segments at once, and a call whose append loses a dedup index row
+-- to a concurrent writer (or that repeats a hash in a queue whose window is 0) undoes that
+-- append and does its live segments one by one. Dedup: a segment with any hash already in
+-- its queue's dedup index within dedup_window_ms (including index rows written earlier in
+-- this same call) is "duplicate": its timers whose txn is already in the log are deleted
+-- (they were delivered), the others released so the next cycle re-packs them. Otherwise
+-- the segment is appended (offsets from last_offset + 1, log_segments, log_txns, dedup
+-- index rows) and its timers deleted. A concurrent writer of the same transaction id into
+-- the same queue is caught by the dedup index upsert itself (it waits for that writer's
+-- outcome), and the segment is then answered "duplicate" with its allocation undone.
+-- Locks, in order: rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
+-- queues and log_partitions only to provision missing ones (inserts, in (tenant, queue,
+-- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
+-- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
+-- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
+-- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
+-- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
+-- held by someone else (another broker's fire, a push) answers {"status": "busy"}: its
+-- rows stay claimed and held by the caller, who fires them in a later call. Two brokers
+-- firing batches that span the same partitions then each deliver the partitions nobody
+-- holds instead of queueing behind each other; the caller's second call waits, so a
+-- partition that is never free still gets its timers.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
+RETURNS jsonb
+LANGUAGE plpgsql
+-- Its set-based statements run over array parameters whose sizes the planner cannot see
+-- (generate_series counts as 1,000 rows per segment): estimates that cross jit_above_cost
+-- and a JIT compile of ~350 ms for statements that run in under a millisecond.
+SET jit = off
+AS $fn$
+DECLARE
+    v_nseg      int := coalesce(cardinality(p_seg_tenants), 0);
+    v_nt        int := coalesce(cardinality(p_timer_keys), 0);
+    v_i         int;
+    v_j         int;
+    v_x         int;
+    v_bad       record;
+    v_badseg    int;            -- first segment repeating a hash (validation)
+    v_perm      int[];          -- timer indices sorted by (segment, array position)
+    v_start     int[];          -- per segment: first position of its timers in v_perm
+    v_keys      text[];
+    v_heldmask  boolean[];      -- per timer: locked and verified by this call
+    v_heldn     int[];          -- per segment: rows held
+    v_state     text[];         -- per segment: stale | busy | fire | dup | slow
+    v_qid       bigint[];
+    v_pid       bigint[];
+    v_win       bigint[];
+    v_prov      record;
+    v_tq        record;
+    v_lk_ids    bigint[];       -- partitions locked, ascending
+    v_lk_last   bigint[];       -- their last_offset when locked
+    v_push      int[];          -- live segments whose partition is ours, array order
+    v_fire      int[];          -- segments appended by the set-based path
+    v_fire_n    int;            -- their frames
+    v_hit_s     int[];          -- frames already in the log: segment, timer index
+    v_hit_j     int[];
+    v_pr_s      int[];          -- frame (segment, timer index) repeating a hash of an
+    v_pr_j      int[];          --   earlier pushed segment of the same queue: that segment
+    v_pr_e      int[];
+    v_rep0      boolean;        -- a hash repeated in this call in a queue with window 0
+    v_dupmask   boolean[];      -- per timer: its frame is already in the log
+    v_dupk      int[];          -- per segment: frames already in the log
+    v_base      bigint[];
+    v_np_ids    bigint[];       -- partitions appended to, and their new last_offset
+    v_np_last   bigint[];
+    v_won_n     int;
+    v_won_q     bigint[];
+    v_won_h     bytea[];
+    v_slow      boolean := false;
+    v_dup_k     int[];
+    v_won       bytea[];
+    v_end       bigint;
+    v_results   jsonb[];
+    v_fired     int := 0;
+    v_stale     int := 0;
+    v_dupn      int := 0;
+    v_released  int := 0;
+    v_busyn     int := 0;
+    v_n         int;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+
+    -- The arrays must line up.
+    IF coalesce(cardinality(p_seg_queues), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_partitions), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_counts), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_hashes), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_blobs), 0) <> v_nseg THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: segment arrays must line up: seg_tenants %, seg_queues %, seg_partitions %, seg_counts %, seg_hashes %, seg_blobs % elements',
+            v_nseg, coalesce(cardinality(p_seg_queues), 0), coalesce(cardinality(p_seg_partitions), 0),
+            coalesce(cardinality(p_seg_counts), 0), coalesce(cardinality(p_seg_hashes), 0),
+            coalesce(cardinality(p_seg_blobs), 0) USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_timer_seg), 0) <> v_nt
+       OR coalesce(cardinality(p_timer_tokens), 0) <> v_nt THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer arrays must line up: timer_keys %, timer_seg %, timer_tokens % elements',
+            v_nt, coalesce(cardinality(p_timer_seg), 0), coalesce(cardinality(p_timer_tokens), 0)
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_nseg = 0 THEN
+        IF v_nt > 0 THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: timer_seg names segments but seg_counts is empty'
+                USING ERRCODE = '22023';
+        END IF;
+        RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
+                                  'duplicate', 0, 'released', 0);
+    END IF;
+
+    -- The first segment repeating a hash, found for all segments at once (only segments
+    -- whose count and hashes are well formed are looked at); the loop below reports it
+    -- in its turn, after that segment's earlier checks.
+    SELECT min(r.i) INTO v_badseg
+      FROM (SELECT g.i
+              FROM generate_series(1, v_nseg) AS g(i)
+             CROSS JOIN LATERAL generate_series(0,
+                    CASE WHEN p_seg_counts[g.i] >= 1 AND p_seg_hashes[g.i] IS NOT NULL
+                              AND octet_length(p_seg_hashes[g.i]) = 16::bigint * p_seg_counts[g.i]
+                         THEN p_seg_counts[g.i] - 1 ELSE -1 END) AS k
+             GROUP BY g.i, substring(p_seg_hashes[g.i] FROM 16 * k + 1 FOR 16)
+            HAVING count(*) > 1) r;
+
+    FOR v_i IN 1 .. v_nseg LOOP
+        IF p_seg_tenants[v_i] IS NULL OR p_seg_queues[v_i] IS NULL OR p_seg_partitions[v_i] IS NULL
+           OR p_seg_counts[v_i] IS NULL OR p_seg_hashes[v_i] IS NULL OR p_seg_blobs[v_i] IS NULL THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: segment % has a null element in seg_tenants, seg_queues, seg_partitions, seg_counts, seg_hashes or seg_blobs',
+                v_i USING ERRCODE = '22023';
+        END IF;
+        IF p_seg_queues[v_i] = '' OR p_seg_partitions[v_i] = '' THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_queues[%] and seg_partitions[%] must not be empty',
+                v_i, v_i USING ERRCODE = '22023';
+        END IF;
+        IF p_seg_counts[v_i] < 1 THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_counts[%] = % (must be at least 1)',
+                v_i, p_seg_counts[v_i] USING ERRCODE = '22023';
+        END IF;
+        IF octet_length(p_seg_hashes[v_i]) <> 16 * p_seg_counts[v_i] THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] is % bytes, expected 16 * seg_counts[%] = %',
+                v_i, octet_length(p_seg_hashes[v_i]), v_i, 16 * p_seg_counts[v_i]
+                USING ERRCODE = '22023';
+        END IF;
+        IF v_i = v_badseg THEN
+            SELECT min(h.k) AS a, max(h.k) AS b INTO v_bad
+              FROM (SELECT k, substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16) AS hash,
+                           count(*) OVER (PARTITION BY substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16)) AS n
+                      FROM generate_series(0, p_seg_counts[v_i] - 1) AS k) h
+             WHERE h.n > 1
+             GROUP BY h.hash
+             LIMIT 1;
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] repeats one transaction hash at frames % and %; timers sharing a txn go in different segments',
+                v_i, v_bad.a, v_bad.b USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+
+    SELECT u.j, u.s INTO v_bad
+      FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
+     WHERE u.s IS NULL OR u.s < 1 OR u.s > v_nseg OR u.k IS NULL OR u.tok IS NULL
+     ORDER BY u.j
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer % is invalid: timer_seg[%] = % (must be 1..%), and timer_keys/timer_tokens must not be null',
+            v_bad.j, v_bad.j, v_bad.s, v_nseg USING ERRCODE = '22023';
+    END IF;
+
+    SELECT c.i, c.n INTO v_bad
+      FROM (SELECT g.i, coalesce(t.n, 0) AS n
+              FROM generate_series(1, v_nseg) AS g(i)
+              LEFT JOIN (SELECT s, count(*) AS n FROM unnest(p_timer_seg) AS s GROUP BY s) t
+                ON t.s = g.i) c
+     WHERE c.n <> p_seg_counts[c.i]
+     ORDER BY c.i
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer_seg gives segment % % timers but seg_counts[%] = %',
+            v_bad.i, v_bad.n, v_bad.i, p_seg_counts[v_bad.i] USING ERRCODE = '22023';
+    END IF;
+
+    SELECT d.j, d.first_j INTO v_bad
+      FROM (SELECT u.j,
+                   first_value(u.j) OVER (PARTITION BY p_seg_tenants[u.s], p_seg_queues[u.s], u.k ORDER BY u.j) AS first_j
+              FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) d
+     WHERE d.j <> d.first_j
+     ORDER BY d.j
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer_keys[%] names the same timer as timer_keys[%]',
+            v_bad.j, v_bad.first_j USING ERRCODE = '22023';
+    END IF;
+
+    -- Timers grouped by segment, frame order kept.
+    SELECT array_agg(u.j::int ORDER BY u.s, u.j) INTO v_perm
+      FROM unnest(p_timer_seg) WITH ORDINALITY AS u(s, j);
+    v_start := array_fill(1, ARRAY[v_nseg]);
+    FOR v_i IN 2 .. v_nseg LOOP
+        v_start[v_i] := v_start[v_i - 1] + p_seg_counts[v_i - 1];
+    END LOOP;
+
+    v_results := array_fill(NULL::jsonb, ARRAY[v_nseg]);
+    v_state := array_fill(NULL::text, ARRAY[v_nseg]);
+    v_base := array_fill(NULL::bigint, ARRAY[v_nseg]);
+    v_dupk := array_fill(0, ARRAY[v_nseg]);
+
+    -- Hold what is ours: every named row, all segments in one statement. A segment
+    -- missing any row is stale; its held rows are released with the final writes below
+    -- (they are ours until commit either way).
+    WITH h AS MATERIALIZED (
+        SELECT u.j, u.s, (x.ok IS NOT NULL) AS held
+          FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
+          LEFT JOIN LATERAL (
+                SELECT true AS ok
+                  FROM queen.log_timers t
+                 WHERE t.tenant_id = p_seg_tenants[u.s]
+                   AND t.queue = p_seg_queues[u.s]
+                   AND t.timer_key = u.k
+                   AND t.claim_token = u.tok
+                   AND t.claimed_until > p_now
+                   AND t.partition = p_seg_partitions[u.s]
+                   FOR UPDATE SKIP LOCKED) x ON true)
+    SELECT (SELECT array_agg(h.held ORDER BY h.j) FROM h),
+           (SELECT array_agg(coalesce(c.n, 0) ORDER BY g.i)
+              FROM generate_series(1, v_nseg) AS g(i)
+              LEFT JOIN (SELECT h.s, count(*)::int AS n FROM h WHERE h.held GROUP BY h.s) c
+                ON c.s = g.i)
+      INTO v_heldmask, v_heldn;
+
+    FOR v_i IN 1 .. v_nseg LOOP
+        IF v_heldn[v_i] <> p_seg_counts[v_i] THEN
+            v_state[v_i] := 'stale';
+            v_results[v_i] := jsonb_build_object('status', 'stale', 'held', v_heldn[v_i]);
+            v_stale := v_stale + 1;
+            v_released := v_released + v_heldn[v_i];
+        END IF;
+    END LOOP;
+
+    -- Queue and partition ids of the live segments, looked up at once; only the missing
+    -- ones are provisioned, in (tenant, queue, partition) order so two concurrent
+    -- provisioners take the new rows in the same order.
+    SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i)
+      INTO v_qid, v_pid, v_win
+      FROM generate_series(1, v_nseg) AS g(i)
+      LEFT JOIN LATERAL (
+            SELECT q.id AS qid, p.id AS pid, q.dedup_window_ms AS win
+              FROM queen.queues q
+              LEFT JOIN queen.log_partitions p
+                ON p.queue_id = q.id AND p.name = p_seg_partitions[g.i]
+             WHERE v_state[g.i] IS NULL
+               AND q.tenant_id = p_seg_tenants[g.i] AND q.name = p_seg_queues[g.i]) x ON true;
+
+    FOR v_i IN
+        SELECT g.i FROM generate_series(1, v_nseg) AS g(i)
+         WHERE v_state[g.i] IS NULL AND v_pid[g.i] IS NULL
+         ORDER BY p_seg_tenants[g.i], p_seg_queues[g.i] COLLATE "C", p_seg_partitions[g.i] COLLATE "C", g.i
+    LOOP
+        v_prov := queen.log_provision_v1(p_seg_tenants[v_i], p_seg_queues[v_i], p_seg_partitions[v_i]);
+        v_qid[v_i] := v_prov.queue_id;
+        v_pid[v_i] := v_prov.partition_id;
+        v_win[v_i] := v_prov.dedup_window_ms;
+    END LOOP;
+
+    -- Lock the live segments' partitions in ascending id order (the fire's only waits),
+    -- in one statement, reading the offset allocators we now hold.
+    IF p_wait IS DISTINCT FROM false THEN
+        SELECT array_agg(l.id ORDER BY l.id), array_agg(l.last_offset ORDER BY l.id)
+          INTO v_lk_ids, v_lk_last
+          FROM (SELECT lp.id, lp.last_offset
+                  FROM queen.log_partitions lp
+                 WHERE lp.id = ANY (ARRAY(SELECT DISTINCT p FROM unnest(v_pid) AS p
+                                           WHERE p IS NOT NULL ORDER BY p))
+                 ORDER BY lp.id
+                   FOR UPDATE) l;
+    ELSE
+        SELECT array_agg(l.id ORDER BY l.id), array_agg(l.last_offset ORDER BY l.id)
+          INTO v_lk_ids, v_lk_last
+          FROM (SELECT lp.id, lp.last_offset
+                  FROM queen.log_partitions lp
+                 WHERE lp.id = ANY (ARRAY(SELECT DISTINCT p FROM unnest(v_pid) AS p
+                                           WHERE p IS NOT NULL ORDER BY p))
+                 ORDER BY lp.id
+                   FOR UPDATE SKIP LOCKED) l;
+    END IF;
+    v_lk_ids := coalesce(v_lk_ids, '{}');
+    v_lk_last := coalesce(v_lk_last, '{}');
+
+    -- Live segments whose partition someone else holds are busy: their rows stay claimed
+    -- and held for the caller's next call.
+    SELECT array_agg(g.i ORDER BY g.i) INTO v_push
+      FROM generate_series(1, v_nseg) AS g(i)
+     WHERE v_state[g.i] IS NULL AND v_pid[g.i] = ANY (v_lk_ids);
+    v_push := coalesce(v_push, '{}');
+    FOR v_i IN 1 .. v_nseg LOOP
+        IF v_state[v_i] IS NULL AND NOT v_pid[v_i] = ANY (v_lk_ids) THEN
+            v_state[v_i] := 'busy';
+            v_results[v_i] := jsonb_build_object('status', 'busy', 'count', p_seg_counts[v_i]);
+            v_busyn := v_busyn + p_seg_counts[v_i];
+        END IF;
+    END LOOP;
+
+    IF cardinality(v_push) > 0 THEN
+        -- Dedup, all frames of all pushed segments in one statement. One primary-key
+        -- probe per frame (LATERAL ... LIMIT 1): a plain join here gets a cached generic
+        -- plan that hashes the whole index table, and the fire then slows down in
+        -- proportion to everything ever fired into the queue. Also: the frames whose hash
+        -- an earlier pushed segment of the same queue carries (that segment's index rows,
+        -- written at now, count inside a window > 0 if it is appended), and whether a
+        -- hash repeats in a queue with a zero window (left to the per-segment path).
+        WITH f AS MATERIALIZED (
+            SELECT g.i, v_perm[v_start[g.i] + k.k] AS j, v_qid[g.i] AS qid, v_win[g.i] AS win,
+                   substring(p_seg_hashes[g.i] FROM 16 * k.k + 1 FOR 16) AS hash
+              FROM unnest(v_push) AS g(i)
+             CROSS JOIN LATERAL generate_series(0, p_seg_counts[g.i] - 1) AS k(k)),
+        hit AS MATERIALIZED (
+            SELECT f.i, f.j
+              FROM f
+             CROSS JOIN LATERAL (SELECT 1
+                                   FROM queen.log_txn_index x
+                                  WHERE x.queue_id = f.qid
+                                    AND x.hash = f.hash
+                                    AND x.created_at > p_now - f.win * interval '1 millisecond'
+                                  LIMIT 1) AS y),
+        pr AS MATERIALIZED (
+            SELECT b.i, b.j, a.i AS e, a.win
+              FROM f a
+              JOIN f b ON b.qid = a.qid AND b.hash = a.hash AND b.i > a.i)
+        SELECT (SELECT array_agg(hit.i) FROM hit), (SELECT array_agg(hit.j) FROM hit),
+               (SELECT array_agg(pr.i ORDER BY pr.i, pr.e) FROM pr WHERE pr.win > 0),
+               (SELECT array_agg(pr.j ORDER BY pr.i, pr.e) FROM pr WHERE pr.win > 0),
+               (SELECT array_agg(pr.e ORDER BY pr.i, pr.e) FROM pr WHERE pr.win > 0),
+               EXISTS (SELECT 1 FROM pr WHERE pr.win = 0)
+          INTO v_hit_s, v_hit_j, v_pr_s, v_pr_j, v_pr_e, v_rep0;
+        v_slow := v_rep0;
+    END IF;
+
+    IF cardinality(v_push) > 0 AND NOT v_slow THEN
+        v_dupmask := array_fill(false, ARRAY[greatest(v_nt, 1)]);
+        FOREACH v_i IN ARRAY v_push LOOP
+            v_state[v_i] := 'fire';
+        END LOOP;
+        FOR v_x IN 1 .. coalesce(cardinality(v_hit_s), 0) LOOP
+            v_state[v_hit_s[v_x]] := 'dup';
+            v_dupmask[v_hit_j[v_x]] := true;
+            v_dupk[v_hit_s[v_x]] := v_dupk[v_hit_s[v_x]] + 1;
+        END LOOP;
+        -- In array order: a frame repeating the hash of an earlier segment that is
+        -- appended is in the log by the time its own segment is looked at.
+        FOR v_x IN 1 .. coalesce(cardinality(v_pr_s), 0) LOOP
+            IF v_state[v_pr_e[v_x]] = 'fire' THEN
+                v_state[v_pr_s[v_x]] := 'dup';
+                IF NOT v_dupmask[v_pr_j[v_x]] THEN
+                    v_dupmask[v_pr_j[v_x]] := true;
+                    v_dupk[v_pr_s[v_x]] := v_dupk[v_pr_s[v_x]] + 1;
+                END IF;
+            END IF;
+        END LOOP;
+
+        -- Offsets: the segments of one partition get consecutive ranges in array order.
+        WITH a AS (
+            SELECT g.i, v_pid[g.i] AS pid, l.last_offset
+                   + sum(p_seg_counts[g.i]) OVER (PARTITION BY v_pid[g.i] ORDER BY g.i) AS e
+              FROM unnest(v_push) AS g(i)
+              JOIN unnest(v_lk_ids, v_lk_last) AS l(id, last_offset) ON l.id = v_pid[g.i]
+             WHERE v_state[g.i] = 'fire')
+        SELECT (SELECT array_agg(a.i ORDER BY a.i) FROM a),
+               (SELECT sum(p_seg_counts[a.i])::int FROM a),
+               (SELECT array_agg(a.e - p_seg_counts[a.i] + 1 ORDER BY a.i) FROM a),
+               (SELECT array_agg(m.pid ORDER BY m.pid) FROM (SELECT a.pid, max(a.e) AS e FROM a GROUP BY a.pid) m),
+               (SELECT array_agg(m.e ORDER BY m.pid) FROM (SELECT a.pid, max(a.e) AS e FROM a GROUP BY a.pid) m)
+          INTO v_fire, v_fire_n, v_base, v_np_ids, v_np_last;
+        v_fire := coalesce(v_fire, '{}');
+
+        IF cardinality(v_fire) > 0 THEN
+            -- v_base is indexed by position in v_fire here; spread it per segment.
+            v_base := ARRAY(SELECT b.base FROM generate_series(1, v_nseg) AS g(i)
+                              LEFT JOIN unnest(v_fire, v_base) AS b(i, base) ON b.i = g.i
+                             ORDER BY g.i);
+            -- The dedup index rows of every appended frame. An index row that is inside
+            -- the window and was not visible above belongs to a concurrent writer that
+            -- has committed since: the upsert waited for it and leaves it alone.
+            WITH ins AS (
+                INSERT INTO queen.log_txn_index AS ix (queue_id, hash, partition_id, log_offset, created_at)
+                SELECT v_qid[g.i], substring(p_seg_hashes[g.i] FROM 16 * k.k + 1 FOR 16),
+                       v_pid[g.i], v_base[g.i] + k.k, p_now
+                  FROM unnest(v_fire) AS g(i)
+                 CROSS JOIN LATERAL generate_series(0, p_seg_counts[g.i] - 1) AS k(k)
+                 ORDER BY 1, 2
+                ON CONFLICT (queue_id, hash) DO UPDATE
+                    SET partition_id = excluded.partition_id,
+                        log_offset = excluded.log_offset,
+                        created_at = excluded.created_at
+                  WHERE ix.created_at <= p_now - v_win[array_position(v_qid, ix.queue_id)] * interval '1 millisecond'
+                RETURNING ix.queue_id, ix.hash
+            )
+            SELECT count(*)::int, array_agg(ins.queue_id), array_agg(ins.hash)
+              INTO v_won_n, v_won_q, v_won_h
+              FROM ins;
+
+            IF v_won_n = v_fire_n THEN
+                UPDATE queen.log_partitions lp
+                   SET last_offset = v_np_last[array_position(v_np_ids, lp.id)]
+                 WHERE lp.id = ANY (v_np_ids);
+                INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
+                SELECT v_pid[g.i], v_base[g.i], v_base[g.i] + p_seg_counts[g.i] - 1, p_seg_counts[g.i],
+                       p_now, p_seg_blobs[g.i]
+                  FROM unnest(v_fire) AS g(i);
+                INSERT INTO queen.log_txns (partition_id, base_offset, hashes)
+                SELECT v_pid[g.i], v_base[g.i], p_seg_hashes[g.i]
+                  FROM unnest(v_fire) AS g(i);
+            ELSE
+                -- Lost a race with a concurrent writer of the same transaction: undo
+                -- what the upsert took (nothing was allocated yet) and do the pushed
+                -- segments one by one below.
+                FOR v_tq IN
+                    SELECT w.q, array_agg(w.h) AS hs
+                      FROM unnest(v_won_q, v_won_h) AS w(q, h)
+                     GROUP BY w.q
+                LOOP
+                    DELETE FROM queen.log_txn_index AS ix
+                     WHERE ix.queue_id = v_tq.q AND ix.hash = ANY (v_tq.hs);
+                END LOOP;
+                v_slow := true;
+            END IF;
+        END IF;
+
+        IF NOT v_slow THEN
+            FOREACH v_i IN ARRAY v_push LOOP
+                IF v_state[v_i] = 'fire' THEN
+                    v_results[v_i] := jsonb_build_object('status', 'fired', 'partitionId', v_pid[v_i],
+                        'baseOffset', v_base[v_i], 'endOffset', v_base[v_i] + p_seg_counts[v_i] - 1,
+                        'count', p_seg_counts[v_i]);
+                    v_fired := v_fired + p_seg_counts[v_i];
+                ELSE
+                    v_results[v_i] := jsonb_build_object('status', 'duplicate',
+                        'duplicates', v_dupk[v_i], 'released', p_seg_counts[v_i] - v_dupk[v_i]);
+                    v_dupn := v_dupn + v_dupk[v_i];
+                    v_released := v_released + p_seg_counts[v_i] - v_dupk[v_i];
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+
+    IF v_slow THEN
+        -- Segment by segment, in array order, so a later segment sees an earlier one's
+        -- dedup index rows (and a lost race undoes only its own segment).
+        FOREACH v_i IN ARRAY v_push LOOP
+            v_state[v_i] := 'slow';
+            SELECT array_agg(p_timer_keys[v_perm[x]] ORDER BY x)
+              INTO v_keys
+              FROM generate_series(v_start[v_i], v_start[v_i] + p_seg_counts[v_i] - 1) AS x;
+
+            SELECT array_agg(h.k ORDER BY h.k) INTO v_dup_k
+              FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
+             CROSS JOIN LATERAL (SELECT 1
+                                   FROM queen.log_txn_index x
+                                  WHERE x.queue_id = v_qid[v_i]
+                                    AND x.hash = substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16)
+                                    AND x.created_at > p_now - v_win[v_i] * interval '1 millisecond'
+                                  LIMIT 1) AS y;
+
+            IF v_dup_k IS NULL THEN
+                UPDATE queen.log_partitions lp
+                   SET last_offset = lp.last_offset + p_seg_counts[v_i]
+                 WHERE lp.id = v_pid[v_i]
+                RETURNING lp.last_offset INTO v_end;
+                v_base[v_i] := v_end - p_seg_counts[v_i] + 1;
+
+                WITH ins AS (
+                    INSERT INTO queen.log_txn_index AS ix (queue_id, hash, partition_id, log_offset, created_at)
+                    SELECT v_qid[v_i], substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16),
+                           v_pid[v_i], v_base[v_i] + h.k, p_now
+                      FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
+                     ORDER BY 2
+                    ON CONFLICT (queue_id, hash) DO UPDATE
+                        SET partition_id = excluded.partition_id,
+                            log_offset = excluded.log_offset,
+                            created_at = excluded.created_at
+                      WHERE ix.created_at <= p_now - v_win[v_i] * interval '1 millisecond'
+                    RETURNING ix.hash
+                )
+                SELECT array_agg(ins.hash) INTO v_won FROM ins;
+
+                IF coalesce(cardinality(v_won), 0) = p_seg_counts[v_i] THEN
+                    INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
+                    VALUES (v_pid[v_i], v_base[v_i], v_end, p_seg_counts[v_i], p_now, p_seg_blobs[v_i]);
+                    INSERT INTO queen.log_txns (partition_id, base_offset, hashes)
+                    VALUES (v_pid[v_i], v_base[v_i], p_seg_hashes[v_i]);
+                    DELETE FROM queen.log_timers AS t
+                     WHERE t.tenant_id = p_seg_tenants[v_i] AND t.queue = p_seg_queues[v_i]
+                       AND t.timer_key = ANY (v_keys);
+                    v_results[v_i] := jsonb_build_object('status', 'fired', 'partitionId', v_pid[v_i],
+                        'baseOffset', v_base[v_i], 'endOffset', v_end, 'count', p_seg_counts[v_i]);
+                    v_fired := v_fired + p_seg_counts[v_i];
+                    CONTINUE;
+                END IF;
+
+                -- Lost the race: undo this segment's index rows and its allocation (the
+                -- partition row is ours, so nobody allocated in between).
+                DELETE FROM queen.log_txn_index AS ix
+                 WHERE ix.queue_id = v_qid[v_i] AND ix.hash = ANY (coalesce(v_won, '{}'));
+                UPDATE queen.log_partitions lp
+                   SET last_offset = lp.last_offset - p_seg_counts[v_i]
+                 WHERE lp.id = v_pid[v_i];
+                SELECT array_agg(h.k ORDER BY h.k) INTO v_dup_k
+                  FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
+                 WHERE NOT substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16) = ANY (coalesce(v_won, '{}'));
+            END IF;
+
+            -- Duplicate: delivered frames' timers go, the others are released for a re-pack.
+            DELETE FROM queen.log_timers AS t
+             WHERE t.tenant_id = p_seg_tenants[v_i] AND t.queue = p_seg_queues[v_i]
+               AND t.timer_key = ANY (ARRAY(SELECT v_keys[k + 1] FROM unnest(v_dup_k) AS k));
+            GET DIAGNOSTICS v_n = ROW_COUNT;
+            UPDATE queen.log_timers AS t
+               SET claim_token = NULL, claimed_until = NULL, updated_at = p_now
+             WHERE t.tenant_id = p_seg_tenants[v_i] AND t.queue = p_seg_queues[v_i]
+               AND t.timer_key = ANY (v_keys)
+               AND NOT t.timer_key = ANY (ARRAY(SELECT v_keys[k + 1] FROM unnest(v_dup_k) AS k));
+            GET DIAGNOSTICS v_j = ROW_COUNT;
+            v_results[v_i] := jsonb_build_object('status', 'duplicate', 'duplicates', v_n, 'released', v_j);
+            v_dupn := v_dupn + v_n;
+            v_released := v_released + v_j;
+        END LOOP;
+    END IF;
+
+    -- The timer rows, per (tenant, queue): delivered ones deleted (appended segments,
+    -- frames of duplicate segments already in the log), the rest of duplicate segments
+    -- and the held rows of stale segments released (token and claimed_until nulled).
+    FOR v_tq IN
+        SELECT a.tn, a.q,
+               array_agg(a.k) FILTER (WHERE a.act = 'd') AS dk,
+               array_agg(a.k) FILTER (WHERE a.act = 'r') AS rk
+          FROM (SELECT p_seg_tenants[u.s] AS tn, p_seg_queues[u.s] AS q, u.k,
+                       CASE v_state[u.s]
+                            WHEN 'fire' THEN 'd'
+                            WHEN 'dup' THEN CASE WHEN v_dupmask[u.j] THEN 'd' ELSE 'r' END
+                            WHEN 'stale' THEN CASE WHEN v_heldmask[u.j] THEN 'r' END
+                       END AS act
+                  FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) a
+         WHERE a.act IS NOT NULL
+         GROUP BY a.tn, a.q
+    LOOP
+        IF v_tq.dk IS NOT NULL THEN
+            DELETE FROM queen.log_timers AS t
+             WHERE t.tenant_id = v_tq.tn AND t.queue = v_tq.q AND t.timer_key = ANY (v_tq.dk);
+        END IF;
+        IF v_tq.rk IS NOT NULL THEN
+            UPDATE queen.log_timers AS t
+               SET claim_token = NULL, claimed_until = NULL, updated_at = p_now
+             WHERE t.tenant_id = v_tq.tn AND t.queue = v_tq.q AND t.timer_key = ANY (v_tq.rk);
+        END IF;
+    END LOOP;
+
+    RETURN jsonb_build_object('segments', to_jsonb(v_results), 'fired', v_fired,
+                              'stale', v_stale, 'duplicate', v_dupn, 'released', v_released,
+                              'busy', v_busyn);
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 5. fail
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_fail_v1(tenants uuid[], queues text[], keys text[], tokens uuid[],
+--     error text, class text, now timestamptz, backoff_min_ms int, backoff_max_ms int,
+--     transient_backoff_ms int, max_attempts int) -> jsonb
+--   {"released": n, "exhausted": [{"tenant", "queue", "key", "attempts"}, ...]}
+-- For each named row whose claim_token matches: the token is nulled, last_error set
+-- (truncated to 4000 characters), and claimed_until pushed out as backoff:
+--   transient          -> now + transient_backoff_ms (default 1000), attempts unchanged;
+--   config | permanent -> attempts + 1, now + least(backoff_max_ms, backoff_min_ms *
+--                         2^(attempts before this failure)) (defaults 1000 / 60000).
+-- exhausted lists the config/permanent failures whose attempts reached max_attempts
+-- (default 5); the caller moves them with log_timers_dlq_v1.
+-- Refused with 22023: unknown class, arrays of different lengths, null now.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
+CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(
+    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[], p_error text,
+    p_class text, p_now timestamptz, p_backoff_min_ms int, p_backoff_max_ms int,
+    p_transient_backoff_ms int, p_max_attempts int)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_n          int := coalesce(cardinality(p_tenants), 0);
+    v_transient  boolean;
+    v_min        double precision := greatest(coalesce(p_backoff_min_ms, 1000), 0);
+    v_max        double precision := greatest(coalesce(p_backoff_max_ms, 60000), 0);
+    v_tr         double precision := greatest(coalesce(p_transient_backoff_ms, 1000), 0);
+    v_max_att    int := coalesce(p_max_attempts, 5);
+    v_result     jsonb;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_fail_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF p_class IS NULL OR p_class NOT IN ('transient', 'config', 'permanent') THEN
+        RAISE EXCEPTION 'log_timers_fail_v1: class must be transient, config or permanent (got %)',
+            coalesce(p_class, 'null') USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_queues), 0) <> v_n OR coalesce(cardinality(p_keys), 0) <> v_n
+       OR coalesce(cardinality(p_tokens), 0) <> v_n THEN
+        RAISE EXCEPTION 'log_timers_fail_v1: tenants, queues, keys and tokens must line up (% / % / % / % elements)',
+            v_n, coalesce(cardinality(p_queues), 0), coalesce(cardinality(p_keys), 0),
+            coalesce(cardinality(p_tokens), 0) USING ERRCODE = '22023';
+    END IF;
+    v_transient := p_class = 'transient';
+    IF v_n = 0 THEN
+        RETURN jsonb_build_object('released', 0, 'exhausted', '[]'::jsonb);
+    END IF;
+
+    WITH held AS (
+        SELECT h.tenant_id, h.queue, h.timer_key
+          FROM unnest(p_tenants, p_queues, p_keys, p_tokens) AS u(ut, uq, uk, utok)
+          CROSS JOIN LATERAL (
+                SELECT t.tenant_id, t.queue, t.timer_key
+                  FROM queen.log_timers t
+                 WHERE t.tenant_id = u.ut AND t.queue = u.uq AND t.timer_key = u.uk
+                   AND t.claim_token = u.utok
+                   FOR UPDATE SKIP LOCKED) h
+    ), upd AS (
+        UPDATE queen.log_timers AS t
+           SET claim_token = NULL,
+               last_error = left(p_error, 4000),
+               updated_at = p_now,
+               attempts = CASE WHEN v_transient THEN t.attempts ELSE t.attempts + 1 END,
+               claimed_until = p_now + (CASE WHEN v_transient THEN v_tr
+                                             ELSE least(v_max, v_min * power(2::double precision, least(t.attempts, 60)))
+                                        END) * interval '1 millisecond'
+          FROM (SELECT DISTINCT * FROM held) x
+         WHERE t.tenant_id = x.tenant_id AND t.queue = x.queue AND t.timer_key = x.timer_key
+        RETURNING t.tenant_id, t.queue, t.timer_key, t.attempts
+    )
+    SELECT jsonb_build_object(
+               'released', count(*),
+               'exhausted', coalesce(jsonb_agg(jsonb_build_object('tenant', upd.tenant_id,
+                                                                  'queue', upd.queue,
+                                                                  'key', upd.timer_key,
+                                                                  'attempts', upd.attempts)
+                                               ORDER BY upd.tenant_id, upd.queue, upd.timer_key)
+                                     FILTER (WHERE NOT v_transient AND upd.attempts >= v_max_att),
+                                     '[]'::jsonb))
+      INTO v_result
+      FROM upd;
+    RETURN v_result;
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 6. dlq
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_dlq_v1(tenants uuid[], queues text[], keys text[], now timestamptz)
+--   -> jsonb {"moved": n}
+-- Moves the named timers that are in nobody's hands into queen.log_dlq (consumer group
+-- '__timer__', log_offset -1, payload as JSON when it is UTF-8 JSON, else
+-- {"_raw_b64": ...} with "_zstd"/"_encrypted" flags; error = last_error; message_id, txn,
+-- timer_key, attempts kept), then deletes them. A row that is in somebody's hands, or
+-- locked by anyone, is left alone.
+-- Refused with 22023: arrays of different lengths, null now.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); new log_dlq rows.
+CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
+    p_tenants uuid[], p_queues text[], p_keys text[], p_now timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_n     int := coalesce(cardinality(p_tenants), 0);
+    v_moved bigint;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_dlq_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_queues), 0) <> v_n OR coalesce(cardinality(p_keys), 0) <> v_n THEN
+        RAISE EXCEPTION 'log_timers_dlq_v1: tenants, queues and keys must line up (% / % / % elements)',
+            v_n, coalesce(cardinality(p_queues), 0), coalesce(cardinality(p_keys), 0)
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN jsonb_build_object('moved', 0);
+    END IF;
+
+    WITH victims AS (
+        SELECT DISTINCT h.tenant_id, h.queue, h.timer_key
+          FROM unnest(p_tenants, p_queues, p_keys) AS u(ut, uq, uk)
+          CROSS JOIN LATERAL (
+                SELECT t.tenant_id, t.queue, t.timer_key
+                  FROM queen.log_timers t
+                 WHERE t.tenant_id = u.ut AND t.queue = u.uq AND t.timer_key = u.uk
+                   AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+                   FOR UPDATE SKIP LOCKED) h
+    ), moved AS (
+        DELETE FROM queen.log_timers AS t
+         USING victims v
+         WHERE t.tenant_id = v.tenant_id AND t.queue = v.queue AND t.timer_key = v.timer_key
+        RETURNING t.*
+    ), ins AS (
+        INSERT INTO queen.log_dlq (tenant_id, queue, partition, consumer_group, log_offset, payload,
+                                   error, message_id, txn, timer_key, attempts, created_at)
+        SELECT m.tenant_id, m.queue, m.partition, '__timer__', -1,
+               queen.log_timers_payload_json_v1(m.payload, m.payload_zstd, m.encrypted),
+               m.last_error, m.message_id, m.txn, m.timer_key, m.attempts, p_now
+          FROM moved m
+         ORDER BY m.tenant_id, m.queue, m.timer_key
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_moved FROM ins;
+    RETURN jsonb_build_object('moved', v_moved);
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 7. release
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_release_v1(tenants uuid[], queues text[], keys text[], tokens uuid[]) -> int
+-- Graceful stop: every named row whose claim_token matches gets claim_token and
+-- claimed_until nulled, so another broker can claim it at once. No attempt is spent and
+-- updated_at is left alone (there is no `now` here). Returns the number released.
+-- Refused with 22023: arrays of different lengths.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
+CREATE OR REPLACE FUNCTION queen.log_timers_release_v1(
+    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[])
+RETURNS int
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_n int := coalesce(cardinality(p_tenants), 0);
+    v_released int;
+BEGIN
+    IF coalesce(cardinality(p_queues), 0) <> v_n OR coalesce(cardinality(p_keys), 0) <> v_n
+       OR coalesce(cardinality(p_tokens), 0) <> v_n THEN
+        RAISE EXCEPTION 'log_timers_release_v1: tenants, queues, keys and tokens must line up (% / % / % / % elements)',
+            v_n, coalesce(cardinality(p_queues), 0), coalesce(cardinality(p_keys), 0),
+            coalesce(cardinality(p_tokens), 0) USING ERRCODE = '22023';
+    END IF;
+    IF v_n = 0 THEN
+        RETURN 0;
+    END IF;
+
+    WITH held AS (
+        SELECT DISTINCT h.tenant_id, h.queue, h.timer_key
+          FROM unnest(p_tenants, p_queues, p_keys, p_tokens) AS u(ut, uq, uk, utok)
+          CROSS JOIN LATERAL (
+                SELECT t.tenant_id, t.queue, t.timer_key
+                  FROM queen.log_timers t
+                 WHERE t.tenant_id = u.ut AND t.queue = u.uq AND t.timer_key = u.uk
+                   AND t.claim_token = u.utok
+                   FOR UPDATE SKIP LOCKED) h
+    ), upd AS (
+        UPDATE queen.log_timers AS t
+           SET claim_token = NULL, claimed_until = NULL
+          FROM held x
+         WHERE t.tenant_id = x.tenant_id AND t.queue = x.queue AND t.timer_key = x.timer_key
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_released FROM upd;
+    RETURN v_released;
+END
+$fn$;
+
+-- ---------------------------------------------------------------------------------------
+-- 8. peek and list
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_view_v1(row) -> jsonb: the public view of one timer, never its payload.
+-- "claimed" says a token is set; whether that claim is still live depends on a `now`
+-- this view does not take, so claimedUntil is given alongside. Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_view_v1(t queen.log_timers)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $fn$
+    SELECT jsonb_build_object(
+        'tenant', t.tenant_id, 'queue', t.queue, 'timerKey', t.timer_key,
+        'partition', t.partition, 'deliverAt', t.deliver_at,
+        'deliverAtMs', queen.epoch_ms_v1(t.deliver_at), 'txn', t.txn,
+        'messageId', t.message_id, 'payloadBytes', octet_length(t.payload),
+        'payloadZstd', t.payload_zstd, 'encrypted', t.encrypted,
+        'producerSub', t.producer_sub, 'attempts', t.attempts, 'lastError', t.last_error,
+        'claimed', t.claim_token IS NOT NULL, 'claimedUntil', t.claimed_until,
+        'visibleAt', t.visible_at, 'shard', t.shard,
+        'createdAt', t.created_at, 'updatedAt', t.updated_at)
+$fn$;
+
+-- queen.log_timers_peek_v1(tenant uuid, queue text, timer_key text) -> jsonb
+-- One timer without its payload (see log_timers_view_v1), or SQL null when absent.
+-- Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_peek_v1(p_tenant uuid, p_queue text, p_timer_key text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $fn$
+    SELECT queen.log_timers_view_v1(t)
+      FROM queen.log_timers t
+     WHERE t.tenant_id = p_tenant AND t.queue = p_queue AND t.timer_key = p_timer_key
+$fn$;
+
+-- queen.log_timers_list_v1(tenant uuid, queue text, after_key text, page_size int) -> jsonb
+--   {"items": [timer views ordered by timerKey (collation "C")], "nextKey": text | null}
+-- Keyset page on the primary key: keys strictly after after_key (null = from the start);
+-- page_size is clamped to 1..1000 (null = 100); nextKey is the last key of this page when
+-- more remain, else null. No payloads. Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_list_v1(
+    p_tenant uuid, p_queue text, p_after_key text, p_page_size int)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $fn$
+    WITH lim AS (
+        SELECT least(greatest(coalesce(p_page_size, 100), 1), 1000) AS n
+    ), page AS (
+        SELECT x AS t, x.timer_key, row_number() OVER (ORDER BY x.timer_key) AS rn
+          FROM queen.log_timers x
+         WHERE x.tenant_id = p_tenant AND x.queue = p_queue
+           AND (p_after_key IS NULL OR x.timer_key > p_after_key COLLATE "C")
+         ORDER BY x.timer_key
+         LIMIT (SELECT n + 1 FROM lim)
+    )
+    SELECT jsonb_build_object(
+        'items', coalesce((SELECT jsonb_agg(queen.log_timers_view_v1(p.t) ORDER BY p.rn)
+                             FROM page p, lim WHERE p.rn <= lim.n), '[]'::jsonb),
+        'nextKey', (SELECT p.timer_key FROM page p, lim WHERE p.rn = lim.n
+                       AND EXISTS (SELECT 1 FROM page q WHERE q.rn = lim.n + 1)))
+$fn$;

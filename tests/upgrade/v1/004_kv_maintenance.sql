@@ -1,0 +1,242 @@
+-- 004_kv_maintenance.sql: the KV prune step and the usage rollup step, and nothing else.
+--
+-- In their own file because a broker boots and answers correctly without them: reads
+-- already hide dead rows (kv_live_v1), so a missing prune costs table size only, and a
+-- missing rollup costs gauge precision only. The sweeper treats a class-42 error from
+-- either (function absent) as "this phase is off" and keeps serving.
+--
+-- Idempotent and lock-free on re-apply, like 001 (see its header). Needs 002 and 003.
+
+CREATE SCHEMA IF NOT EXISTS queen;
+
+-- The apply mutex (see 001); repeated so this file also stands alone under `psql -f`.
+CREATE TABLE IF NOT EXISTS queen.schema_apply (
+    id          int PRIMARY KEY CHECK (id = 1),
+    applied_at  timestamptz NOT NULL,
+    apply_count bigint NOT NULL DEFAULT 1
+);
+INSERT INTO queen.schema_apply AS s (id, applied_at)
+VALUES (1, clock_timestamp())
+ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
+
+-- queen.kv_expire_step_v1(shards int2[], now timestamptz, max_rows int) -> jsonb
+--   {"deleted": n, "done": bool, "unpruned": n, "unprunedCapped": bool, "lagMs": n,
+--    "nowMs": n, "now": timestamptz}
+-- Deletes up to max_rows (null = 1000) dead rows (expires_at <= now), visiting shards in
+-- the array's order (null = 0..63), each oldest expiry first through the partial index,
+-- taking them FOR UPDATE SKIP LOCKED and re-checking expiry in the DELETE itself, so a row
+-- rewritten with a later expiry is spared. done = this pass could not fill its budget.
+-- Then, on EVERY pass, including one that deletes nothing: unpruned = dead rows still
+-- present in those shards, counted up to 8 * max_rows (unprunedCapped when more exist),
+-- and lagMs = now - the oldest expiry among them (0 when none). An unpruned table is a
+-- failure that looks like health; these two numbers are its alarm.
+-- Locks: rows of queen.kv, FOR UPDATE SKIP LOCKED (never waits), then deletes them.
+CREATE OR REPLACE FUNCTION queen.kv_expire_step_v1(p_shards int2[], p_now timestamptz, p_max_rows int)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_budget  int := greatest(coalesce(p_max_rows, 1000), 0);
+    v_cap     bigint;
+    v_shards  int2[];
+    v_shard   int2;
+    v_deleted bigint := 0;
+    v_n       bigint;
+    v_unpr    bigint;
+    v_oldest  timestamptz;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'kv_expire_step_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    -- Keep the caller's order, drop repeats and out-of-range values.
+    SELECT array_agg(d.s ORDER BY d.ord) INTO v_shards
+      FROM (SELECT DISTINCT ON (u.s) u.s, u.ord
+              FROM unnest(coalesce(p_shards, queen.all_shards_v1())) WITH ORDINALITY AS u(s, ord)
+             WHERE u.s BETWEEN 0 AND 63
+             ORDER BY u.s, u.ord) d;
+    v_shards := coalesce(v_shards, '{}');
+    v_cap := 8::bigint * v_budget;
+
+    FOREACH v_shard IN ARRAY v_shards LOOP
+        EXIT WHEN v_deleted >= v_budget;
+        WITH doomed AS (
+            SELECT k.tenant_id, k.namespace, k.key
+              FROM queen.kv k
+             WHERE k.shard = v_shard
+               AND k.expires_at IS NOT NULL
+               AND k.expires_at <= p_now
+             ORDER BY k.expires_at
+             LIMIT v_budget - v_deleted
+               FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM queen.kv AS k
+         USING doomed d
+         WHERE k.tenant_id = d.tenant_id AND k.namespace = d.namespace AND k.key = d.key
+           AND NOT queen.kv_live_v1(k.expires_at, p_now);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        v_deleted := v_deleted + v_n;
+    END LOOP;
+
+    SELECT count(*) INTO v_unpr
+      FROM (SELECT 1
+              FROM unnest(v_shards) AS s(shard)
+              CROSS JOIN LATERAL (
+                    SELECT 1
+                      FROM queen.kv k
+                     WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at <= p_now
+                     LIMIT v_cap + 1) x
+             LIMIT v_cap + 1) y;
+
+    SELECT min(h.expires_at) INTO v_oldest
+      FROM unnest(v_shards) AS s(shard)
+      CROSS JOIN LATERAL (
+            SELECT k.expires_at
+              FROM queen.kv k
+             WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at <= p_now
+             ORDER BY k.expires_at
+             LIMIT 1) h;
+
+    RETURN jsonb_build_object(
+        'deleted', v_deleted,
+        'done', v_deleted < v_budget,
+        'unpruned', least(v_unpr, v_cap),
+        'unprunedCapped', v_unpr > v_cap,
+        'lagMs', CASE WHEN v_oldest IS NULL THEN 0
+                      ELSE greatest(0, floor(extract(epoch FROM (p_now - v_oldest)) * 1000))::bigint END,
+        'nowMs', queen.epoch_ms_v1(p_now),
+        'now', p_now);
+END
+$fn$;
+
+-- queen.kv_usage_step_v1(shards int2[], now timestamptz, max_tenants int) -> jsonb
+--   {"tenants": [{"tenant", "kvRows", "kvBytes", "timerRows", "timerBytes",
+--                 "oldestTimerMs", "rowsRatio", "bytesRatio", "stored"}],
+--    "maxQuotaRatio": n, "sampled": bool, "nowMs": n}
+-- Per tenant: live kv rows and bytes (pg_column_size(value) + pg_column_size(key)), timer
+-- rows, bytes (pg_column_size(payload) + pg_column_size(timer_key)) and oldest deliver_at.
+-- Above ~200k rows in a table (pg_class.reltuples; -1, never analysed, counts as small) it
+-- samples that table: the first 8 distinct shards of the array (null = 0..63; the caller's
+-- rotation moves the sample), scaled by 64 / 8, and marks the result sampled. Sampling
+-- saves the per-row work (sizes, aggregation); on queen.kv it does not save the heap read,
+-- because rows that never expire are not in the partial index. The cost above ~5M rows is
+-- NOT measured (sweeper-internals.md). Tenants covered: those with kv rows, timers, a quota
+-- or an earlier usage row (so a tenant that emptied falls to zero), at most max_tenants
+-- (null = 1000) of them, highest quota ratio first, then most rows.
+-- Ratios: kv_rows / max_rows and kv_bytes / max_bytes from queen.kv_quota (0 when no
+-- limit); maxQuotaRatio is the highest over all tenants computed (0 when no quota).
+-- kv_usage is upserted with computed_at = now and never moves backwards: a row already
+-- computed at a later instant is left alone ("stored": false).
+-- Locks: no row locks on kv or log_timers (plain reads); kv_usage rows (upsert) in
+-- tenant_id order.
+CREATE OR REPLACE FUNCTION queen.kv_usage_step_v1(p_shards int2[], p_now timestamptz, p_max_tenants int)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    c_sample_above constant double precision := 200000;
+    v_max_tenants  int := greatest(coalesce(p_max_tenants, 1000), 1);
+    v_sample       int2[];
+    v_kv_sampled   boolean;
+    v_t_sampled    boolean;
+    v_scale        numeric;
+    v_result       jsonb;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'kv_usage_step_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(d.s ORDER BY d.ord) INTO v_sample
+      FROM (SELECT x.s, x.ord
+              FROM (SELECT DISTINCT ON (u.s) u.s, u.ord
+                      FROM unnest(coalesce(p_shards, queen.all_shards_v1())) WITH ORDINALITY AS u(s, ord)
+                     WHERE u.s BETWEEN 0 AND 63
+                     ORDER BY u.s, u.ord) x
+             ORDER BY x.ord
+             LIMIT 8) d;
+    IF v_sample IS NULL THEN
+        v_sample := (queen.all_shards_v1())[1:8];
+    END IF;
+    v_scale := 64.0 / cardinality(v_sample);
+
+    SELECT coalesce(c.reltuples, 0) > c_sample_above INTO v_kv_sampled
+      FROM pg_class c WHERE c.oid = 'queen.kv'::regclass;
+    SELECT coalesce(c.reltuples, 0) > c_sample_above INTO v_t_sampled
+      FROM pg_class c WHERE c.oid = 'queen.log_timers'::regclass;
+
+    WITH kvu AS (
+        SELECT k.tenant_id, count(*) AS n,
+               sum(pg_column_size(k.value) + pg_column_size(k.key)) AS b
+          FROM queen.kv k
+         WHERE queen.kv_live_v1(k.expires_at, p_now)
+           AND (NOT v_kv_sampled OR k.shard = ANY (v_sample))
+         GROUP BY k.tenant_id
+    ), tu AS (
+        SELECT t.tenant_id, count(*) AS n,
+               sum(pg_column_size(t.payload) + pg_column_size(t.timer_key)) AS b,
+               min(t.deliver_at) AS oldest
+          FROM queen.log_timers t
+         WHERE (NOT v_t_sampled OR t.shard = ANY (v_sample))
+         GROUP BY t.tenant_id
+    ), tenants AS (
+        SELECT kvu.tenant_id FROM kvu
+        UNION SELECT tu.tenant_id FROM tu
+        UNION SELECT q.tenant_id FROM queen.kv_quota q
+        UNION SELECT u.tenant_id FROM queen.kv_usage u
+    ), calc AS (
+        SELECT c.*,
+               CASE WHEN q.max_rows > 0 THEN round(c.kv_rows::numeric / q.max_rows, 6)
+                    ELSE 0 END AS rows_ratio,
+               CASE WHEN q.max_bytes > 0 THEN round(c.kv_bytes::numeric / q.max_bytes, 6)
+                    ELSE 0 END AS bytes_ratio
+          FROM (SELECT tn.tenant_id,
+                       CASE WHEN v_kv_sampled THEN round(coalesce(kvu.n, 0) * v_scale)
+                            ELSE coalesce(kvu.n, 0) END::bigint AS kv_rows,
+                       CASE WHEN v_kv_sampled THEN round(coalesce(kvu.b, 0) * v_scale)
+                            ELSE coalesce(kvu.b, 0) END::bigint AS kv_bytes,
+                       CASE WHEN v_t_sampled THEN round(coalesce(tu.n, 0) * v_scale)
+                            ELSE coalesce(tu.n, 0) END::bigint AS timer_rows,
+                       CASE WHEN v_t_sampled THEN round(coalesce(tu.b, 0) * v_scale)
+                            ELSE coalesce(tu.b, 0) END::bigint AS timer_bytes,
+                       tu.oldest AS oldest_timer
+                  FROM tenants tn
+                  LEFT JOIN kvu ON kvu.tenant_id = tn.tenant_id
+                  LEFT JOIN tu ON tu.tenant_id = tn.tenant_id) c
+          LEFT JOIN queen.kv_quota q ON q.tenant_id = c.tenant_id
+    ), chosen AS (
+        SELECT *
+          FROM calc
+         ORDER BY greatest(calc.rows_ratio, calc.bytes_ratio) DESC,
+                  calc.kv_rows + calc.timer_rows DESC, calc.tenant_id
+         LIMIT v_max_tenants
+    ), stored AS (
+        INSERT INTO queen.kv_usage AS u (tenant_id, kv_rows, kv_bytes, timer_rows, timer_bytes,
+                                         oldest_timer, sampled, computed_at)
+        SELECT ch.tenant_id, ch.kv_rows, ch.kv_bytes, ch.timer_rows, ch.timer_bytes,
+               ch.oldest_timer, v_kv_sampled OR v_t_sampled, p_now
+          FROM chosen ch
+         ORDER BY ch.tenant_id
+        ON CONFLICT (tenant_id) DO UPDATE
+           SET kv_rows = excluded.kv_rows, kv_bytes = excluded.kv_bytes,
+               timer_rows = excluded.timer_rows, timer_bytes = excluded.timer_bytes,
+               oldest_timer = excluded.oldest_timer, sampled = excluded.sampled,
+               computed_at = excluded.computed_at
+         WHERE u.computed_at <= excluded.computed_at
+        RETURNING u.tenant_id
+    )
+    SELECT jsonb_build_object(
+               'tenants', coalesce((SELECT jsonb_agg(jsonb_build_object(
+                                        'tenant', ch.tenant_id,
+                                        'kvRows', ch.kv_rows, 'kvBytes', ch.kv_bytes,
+                                        'timerRows', ch.timer_rows, 'timerBytes', ch.timer_bytes,
+                                        'oldestTimerMs', queen.epoch_ms_v1(ch.oldest_timer),
+                                        'rowsRatio', ch.rows_ratio, 'bytesRatio', ch.bytes_ratio,
+                                        'stored', EXISTS (SELECT 1 FROM stored s WHERE s.tenant_id = ch.tenant_id))
+                                        ORDER BY greatest(ch.rows_ratio, ch.bytes_ratio) DESC,
+                                                 ch.kv_rows + ch.timer_rows DESC, ch.tenant_id)
+                                      FROM chosen ch), '[]'::jsonb),
+               'maxQuotaRatio', coalesce((SELECT max(greatest(c.rows_ratio, c.bytes_ratio)) FROM calc c), 0),
+               'sampled', v_kv_sampled OR v_t_sampled,
+               'nowMs', queen.epoch_ms_v1(p_now))
+      INTO v_result;
+    RETURN v_result;
+END
+$fn$;
