@@ -3,9 +3,10 @@
 Python binding), its stats written to a file every 200 ms. Started twice by
 examples/demo; see there.
 
-    demo_broker.py --broker-id ID --state-file FILE [--conninfo CI] [--lease-ms MS]
+    demo_broker.py --broker-id ID --state-file FILE --fired-file FILE [--conninfo CI]
+                   [--lease-ms MS] [--slow-fired-ms MS] [--max-fire-bytes B] [--claim-batch N]
                    [--schedule N --over-ms MS --start-in-ms MS --partitions P
-                    --queue Q --scheduled-file FILE]
+                    --queue Q --scheduled-file FILE --payload-bytes B]
 
 With --schedule, once its sweeper is running it schedules N timers on queue Q,
 spread evenly over MS milliseconds starting START milliseconds from now, in
@@ -13,11 +14,20 @@ transactions of 256 (queen.log_timers_apply_v1), and after each COMMIT rings its
 own sweeper's wake with that transaction's earliest deliverAt. It writes
 {txn: deliverAtMs} to --scheduled-file when done.
 
+Every on_fired call is appended to --fired-file as one JSON line
+{"tenant", "queue", "partition", "count", "base_offset"} with a single unbuffered
+write, before the callback returns: the file survives a SIGKILL, so the driver can
+tell which broker announced which segment of the log without trusting a snapshot.
+--slow-fired-ms makes on_fired take that long (a host doing real work there); with
+a small --max-fire-bytes one claim is fired in many transactions, so the rest of
+the claim stays held while the callback runs.
+
 The state file holds {"pid", "broker_id", "scheduled", "fired_msgs", "stats"};
 SIGTERM/SIGINT stop the sweeper gracefully.
 """
 
 import argparse
+import base64
 import json
 import os
 import signal
@@ -42,7 +52,12 @@ def main() -> int:
     ap.add_argument("--broker-id", required=True)
     ap.add_argument("--state-file", required=True)
     ap.add_argument("--conninfo", default=os.environ.get("QUEEN_TEST_CONNINFO", ""))
+    ap.add_argument("--fired-file", required=True)
     ap.add_argument("--lease-ms", type=int, default=3000)
+    ap.add_argument("--slow-fired-ms", type=int, default=0)
+    ap.add_argument("--max-fire-bytes", type=int, default=8 * 1024 * 1024)
+    ap.add_argument("--claim-batch", type=int, default=200)
+    ap.add_argument("--payload-bytes", type=int, default=0)
     ap.add_argument("--schedule", type=int, default=0)
     ap.add_argument("--over-ms", type=int, default=10000)
     ap.add_argument("--start-in-ms", type=int, default=1500)
@@ -58,16 +73,25 @@ def main() -> int:
     counters = {"scheduled": 0, "fired_msgs": 0}
     lock = threading.Lock()
 
+    fired_fd = os.open(args.fired_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
     def on_fired(tenant, queue, partition, count, base_offset):
         # A real broker would wake its parked consumers of (queue, partition) here.
+        line = json.dumps({"tenant": tenant, "queue": queue, "partition": partition,
+                           "count": count, "base_offset": base_offset}) + "\n"
+        os.write(fired_fd, line.encode())   # one write: whole lines only, kept across SIGKILL
         with lock:
             counters["fired_msgs"] += count
+        if args.slow_fired_ms:
+            time.sleep(args.slow_fired_ms / 1000)
 
     def on_log(level, message):
         print(f"[{args.broker_id}] {message}", file=sys.stderr, flush=True)
 
     sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=True, read_env=False,
-                 sweeper_lease_ms=args.lease_ms, log_level="warn")
+                 sweeper_lease_ms=args.lease_ms, sweeper_max_fire_bytes=args.max_fire_bytes,
+                 sweeper_claim_batch=args.claim_batch,
+                 log_level="warn")
     sw.on_fired(on_fired)
     sw.on_log(on_log)
     sw.start()
@@ -99,6 +123,11 @@ def main() -> int:
         while sw.stats()["probes_total"] < 1 and not done.is_set():  # schema applied
             time.sleep(0.02)
         db = psycopg2.connect(args.conninfo, application_name=f"demo-{args.broker_id}")
+        def payload():
+            # Random bytes do not compress, so --max-fire-bytes splits a claim into several
+            # fire transactions (the demo's slow host holds the rest of its claim meanwhile).
+            return base64.b64encode(os.urandom(args.payload_bytes)).decode() if args.payload_bytes else ""
+
         first = now_ms() + args.start_in_ms
         deliver = {}
         n = args.schedule
@@ -110,7 +139,7 @@ def main() -> int:
                 due = first + (args.over_ms * i // max(1, n - 1))
                 ops.append({"op": "schedule", "queue": args.queue, "timerKey": f"demo-{first}-{i}",
                             "partition": f"p{i % args.partitions}", "delayMs": max(0, due - t),
-                            "txn": f"demo-{first}-{i}", "payload": ""})
+                            "txn": f"demo-{first}-{i}", "payload": payload()})
             with db.cursor() as cur:
                 cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s, NULL, now())",
                             (json.dumps(ops), TENANT))
