@@ -116,12 +116,21 @@ $fn$;
 --    "maxQuotaRatio": n, "sampled": bool, "nowMs": n}
 -- Per tenant: live kv rows and bytes (pg_column_size(value) + pg_column_size(key)), timer
 -- rows, bytes (pg_column_size(payload) + pg_column_size(timer_key)) and oldest deliver_at.
--- Above ~200k rows in a table (pg_class.reltuples; -1, never analysed, counts as small) it
--- samples that table: the first 8 distinct shards of the array (null = 0..63; the caller's
--- rotation moves the sample), scaled by 64 / 8, and marks the result sampled. Sampling
--- saves the per-row work (sizes, aggregation); on queen.kv it does not save the heap read,
--- because rows that never expire are not in the partial index. The cost above ~5M rows is
--- NOT measured (sweeper-internals.md). Tenants covered: those with kv rows, timers, a quota
+-- Above 1M rows in a table (pg_class.reltuples; -1, never analysed, counts as small; the
+-- session setting queen.kv_usage_sample_above overrides the threshold) it samples that
+-- table and marks the result sampled: queen.kv by TABLESAMPLE SYSTEM, the share of pages
+-- that holds ~200k rows, scaled up by the inverse share (a fresh choice of pages on every
+-- pass); queen.log_timers by the first 8 distinct shards of the array (null = 0..63; the
+-- caller's rotation moves the sample), scaled by 64 / 8.
+-- Measured 2026-11-30 (tests/soak/README.md, `tests/soak/measure rollup`; 2 cores shared
+-- with six other engineers' builds and tests, load 19-22). Symptom: a full pass reads every
+-- page of queen.kv, since rows that never expire are in no index but the key, so its cost
+-- grows with the table and it holds a maintenance connection for all of it. Observed per
+-- pass, full / sampled: 1M rows 1410 / 328 ms, 5M rows 5716 / 271 ms, 10M rows
+-- 17934 / 400 ms (the sampled pass stays flat; a full one would meet the 30 s statement
+-- timeout near 17M rows at this load). At 1M a full pass is ~1.4 s every 300 s (every 30 s
+-- above the quota watermark: ~5% of a connection); at 5M it is 5.7 s. Threshold: 1M rows.
+-- Tenants covered: those with kv rows, timers, a quota
 -- or an earlier usage row (so a tenant that emptied falls to zero), at most max_tenants
 -- (null = 1000) of them, highest quota ratio first, then most rows.
 -- Ratios: kv_rows / max_rows and kv_bytes / max_bytes from queen.kv_quota (0 when no
@@ -136,9 +145,18 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
-    c_sample_above constant double precision := 200000;
+    -- Measured 2026-11-30: see the dated block above this function.
+    c_sample_above constant double precision := 1000000;
+    -- Rows a sampled pass of queen.kv reads, about: the page share TABLESAMPLE takes.
+    c_sample_rows  constant double precision := 200000;
+    v_above        double precision := coalesce(
+                       nullif(current_setting('queen.kv_usage_sample_above', true), '')::double precision,
+                       c_sample_above);
     v_max_tenants  int := greatest(coalesce(p_max_tenants, 1000), 1);
     v_sample       int2[];
+    v_kv_rows      double precision;
+    v_kv_pct       double precision := 100;
+    v_kv_scale     numeric := 1;
     v_kv_sampled   boolean;
     v_t_sampled    boolean;
     v_scale        numeric;
@@ -147,6 +165,7 @@ BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'kv_usage_step_v1: now must not be null' USING ERRCODE = '22023';
     END IF;
+    PERFORM queen.check_now_v1('kv_usage_step_v1', p_now);
     SELECT array_agg(d.s ORDER BY d.ord) INTO v_sample
       FROM (SELECT x.s, x.ord
               FROM (SELECT DISTINCT ON (u.s) u.s, u.ord
@@ -155,23 +174,35 @@ BEGIN
                      ORDER BY u.s, u.ord) x
              ORDER BY x.ord
              LIMIT 8) d;
-    PERFORM queen.check_now_v1('kv_usage_step_v1', p_now);
     IF v_sample IS NULL THEN
         v_sample := (queen.all_shards_v1())[1:8];
     END IF;
     v_scale := 64.0 / cardinality(v_sample);
 
-    SELECT coalesce(c.reltuples, 0) > c_sample_above INTO v_kv_sampled
+    SELECT greatest(coalesce(c.reltuples, 0), 0) INTO v_kv_rows
       FROM pg_class c WHERE c.oid = 'queen.kv'::regclass;
-    SELECT coalesce(c.reltuples, 0) > c_sample_above INTO v_t_sampled
+    v_kv_sampled := v_kv_rows > v_above;
+    IF v_kv_sampled THEN
+        -- Block sampling reads only the pages it picks: the one way to bound the heap
+        -- read on queen.kv, whose rows that never expire are in no index but the key.
+        v_kv_pct := least(100, greatest(0.01, 100 * c_sample_rows / v_kv_rows));
+        v_kv_scale := (100 / v_kv_pct)::numeric;
+    END IF;
+    SELECT coalesce(c.reltuples, 0) > v_above INTO v_t_sampled
       FROM pg_class c WHERE c.oid = 'queen.log_timers'::regclass;
 
     WITH kvu AS (
+        -- Exactly one branch runs: the other's constant-false filter skips its scan.
         SELECT k.tenant_id, count(*) AS n,
                sum(pg_column_size(k.value) + pg_column_size(k.key)) AS b
           FROM queen.kv k
-         WHERE queen.kv_live_v1(k.expires_at, p_now)
-           AND (NOT v_kv_sampled OR k.shard = ANY (v_sample))
+         WHERE NOT v_kv_sampled AND queen.kv_live_v1(k.expires_at, p_now)
+         GROUP BY k.tenant_id
+        UNION ALL
+        SELECT k.tenant_id, count(*) AS n,
+               sum(pg_column_size(k.value) + pg_column_size(k.key)) AS b
+          FROM queen.kv k TABLESAMPLE SYSTEM (v_kv_pct)
+         WHERE v_kv_sampled AND queen.kv_live_v1(k.expires_at, p_now)
          GROUP BY k.tenant_id
     ), tu AS (
         SELECT t.tenant_id, count(*) AS n,
@@ -192,10 +223,8 @@ BEGIN
                CASE WHEN q.max_bytes > 0 THEN round(c.kv_bytes::numeric / q.max_bytes, 6)
                     ELSE 0 END AS bytes_ratio
           FROM (SELECT tn.tenant_id,
-                       CASE WHEN v_kv_sampled THEN round(coalesce(kvu.n, 0) * v_scale)
-                            ELSE coalesce(kvu.n, 0) END::bigint AS kv_rows,
-                       CASE WHEN v_kv_sampled THEN round(coalesce(kvu.b, 0) * v_scale)
-                            ELSE coalesce(kvu.b, 0) END::bigint AS kv_bytes,
+                       round(coalesce(kvu.n, 0) * v_kv_scale)::bigint AS kv_rows,
+                       round(coalesce(kvu.b, 0) * v_kv_scale)::bigint AS kv_bytes,
                        CASE WHEN v_t_sampled THEN round(coalesce(tu.n, 0) * v_scale)
                             ELSE coalesce(tu.n, 0) END::bigint AS timer_rows,
                        CASE WHEN v_t_sampled THEN round(coalesce(tu.b, 0) * v_scale)

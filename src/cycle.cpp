@@ -71,12 +71,26 @@ Task<int64_t> Sweeper::cycle() {
     const ProbeResult pr = co_await probe(shards);
     publish_pool();
     if (!pr.ok) {
+        // The sub-clocks run on their own gates whatever the fire's health: a broken
+        // timer schema must not stop the prune (whose alarm would freeze) or the rollup.
+        // Only an unreachable or overloaded database skips them, since they would fail
+        // the same way and add load where the fire is already waiting.
+        int64_t ms = error_backoff_ms_;
+        if (!last_error_transient_ && !stopping_.load()) {
+            bool kv_work = false;
+            co_await sub_clocks(shards, step, pressure_, kv_work);
+            const uint64_t now = uv_now(&loop_);
+            ms = std::min(ms, ms_until_next_gate());
+            if (kv_work && !prune_off_)
+                ms = std::min<int64_t>(ms, next_prune_mono_ > now ? static_cast<int64_t>(next_prune_mono_ - now) : 0);
+            ms = std::max<int64_t>(ms, 1);
+        }
         {
             std::lock_guard<std::mutex> g(stats_.mu);
             ++stats_.f.cycles_total;
-            stats_.f.sleep_ms = error_backoff_ms_;
+            stats_.f.sleep_ms = ms;
         }
-        co_return error_backoff_ms_;
+        co_return ms;
     }
     error_backoff_ms_ = 0;
 
@@ -84,7 +98,6 @@ Task<int64_t> Sweeper::cycle() {
     CycleOutcome outcome = CycleOutcome::idle;
     int64_t next_in = pr.next_in_ms;
     bool capped = false, out_of_time = false;
-    int64_t claimed = 0;
     if (!pr.fire_enabled) {
         // Paused by the operator (or maintenance): nothing is lost, the timers wait.
         // Keep looking at the ceiling so a resume takes effect within one cycle.
@@ -96,7 +109,6 @@ Task<int64_t> Sweeper::cycle() {
         outcome = CycleOutcome::idle;
     } else if (pr.due > 0 || pr.next_in_ms <= 0) {
         DrainResult dr = co_await drain(shards, step.fire_row_budget);
-        claimed = dr.claimed;
         capped = dr.capped;
         out_of_time = dr.out_of_time;
         if (dr.moved > 0) outcome = CycleOutcome::drained;
@@ -118,7 +130,7 @@ Task<int64_t> Sweeper::cycle() {
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
-    if (!stopping_.load()) co_await sub_clocks(shards, step, prev_pressure, step.fire_row_budget - claimed, kv_work);
+    if (!stopping_.load()) co_await sub_clocks(shards, step, prev_pressure, kv_work);
 
     // D. SLEEP
     if (outcome == CycleOutcome::idle && kv_work) {
@@ -150,6 +162,7 @@ Task<int64_t> Sweeper::cycle() {
 void Sweeper::cycle_failed(const std::string &phase, const PgResult &r) {
     note_error(phase, r);
     const ErrorClass c = classify_sqlstate(r.sqlstate);
+    last_error_transient_ = c == ErrorClass::transient;
     const int64_t prev = error_backoff_ms_;
     if (c == ErrorClass::transient) {
         error_backoff_ms_ = cfg_.sweeper_transient_backoff_ms;

@@ -14,9 +14,11 @@ namespace qsw {
 constexpr double kQuotaWatermark = 0.8;
 constexpr int64_t kQuotaRefreshMs = 30000;
 constexpr int kRollupMaxTenants = 1000;
+// kv_expire_step_v1 counts expired-but-present rows up to 8 calls' worth.
+constexpr int kPruneCallsPerPass = 8;
 
 Task<void> Sweeper::sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
-                               int64_t rows_left, bool &kv_work) {
+                               bool &kv_work) {
     const uint64_t now = uv_now(&loop_);
     const std::string stage = std::string(step.rollup ? "on" : "shed") + "/" + (step.prune ? "on" : "shed");
     if (stage != shed_state_logged_) {
@@ -43,7 +45,7 @@ Task<void> Sweeper::sub_clocks(const std::vector<int16_t> &shards, const LadderS
         }
     }
     if (!prune_off_ && step.prune && now >= next_prune_mono_ && !stopping_.load()) {
-        const bool ok = co_await kv_prune(shards, std::max<int64_t>(rows_left, 1), kv_work);
+        const bool ok = co_await kv_prune(shards, kv_work);
         next_prune_mono_ = uv_now(&loop_) + static_cast<uint64_t>(ok ? cfg_.kv_expire_every_ms
                                                                         : cfg_.sweeper_transient_backoff_ms);
     }
@@ -60,10 +62,13 @@ void Sweeper::phase_off_config(const char *phase, const PgResult &r) {
     note_error(phase, r);
 }
 
-Task<bool> Sweeper::kv_prune(const std::vector<int16_t> &shards, int64_t row_budget, bool &kv_work) {
-    int64_t left = row_budget;
-    while (!stopping_.load()) {
-        const int64_t batch = std::max<int64_t>(std::min(cfg_.kv_expire_batch, left), 1);
+Task<bool> Sweeper::kv_prune(const std::vector<int16_t> &shards, bool &kv_work) {
+    // The prune's budget is its own: kv_expire_batch rows per call, whatever the fire
+    // did this cycle. Pacing it by the fire's leftover rows cut it to one row (and its
+    // alarm to "8, capped") exactly when a backlog made the fire busy. A pass makes at
+    // most kPruneCallsPerPass calls: as many rows as one call's alarm can count.
+    for (int call = 0; call < kPruneCallsPerPass && !stopping_.load(); ++call) {
+        const int64_t batch = std::max<int64_t>(cfg_.kv_expire_batch, 1);
         Query q;
         q.sql = "SELECT queen.kv_expire_step_v1($1::int2[], now(), $2::int)::text";
         q.params = {text_param(shards_param(shards)), text_param(std::to_string(batch))};
@@ -97,8 +102,7 @@ Task<bool> Sweeper::kv_prune(const std::vector<int16_t> &shards, int64_t row_bud
             f.kv_expiry_lag_ms = j.value("lagMs", int64_t(0));
         }
         kv_work = kv_work || !done || unpruned > 0;
-        left -= deleted;
-        if (done || left <= 0 || deleted == 0) break;
+        if (done || deleted == 0) break;
     }
     co_return true;
 }

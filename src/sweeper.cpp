@@ -278,6 +278,11 @@ void Sweeper::wake(int64_t at) noexcept {
 void Sweeper::backstop_wake(void *ctx, int64_t at) {
     auto *s = static_cast<Sweeper *>(ctx);
     s->stats_.backstop_wakes_total.fetch_add(1, std::memory_order_relaxed);
+    // Record the instant before ringing: the doorbell coalesces, so the loop reads
+    // the earliest owed instant from here rather than from the ring itself.
+    int64_t due = s->backstop_due_.load();
+    while (at < due && !s->backstop_due_.compare_exchange_weak(due, at)) {
+    }
     int64_t cur = s->backstop_hint_.load();
     while (at < cur) {
         if (s->backstop_hint_.compare_exchange_weak(cur, at)) {
@@ -399,6 +404,8 @@ void Sweeper::run_backstop() {
     if (!has_backstop_ || stopping_.load()) return;
     const int64_t now = wall_now_ms();
     backstop_last_run_unix_ms_ = now;
+    // Everything owed up to now is this pass's; an instant rung while it runs stays owed.
+    backstop_due_.store(INT64_MAX);
     queen_sweeper_backstop_result r{};
     r.struct_size = sizeof r;
     r.next_expiry_unix_ms = -1;
@@ -423,22 +430,29 @@ void Sweeper::run_backstop() {
         }
     }
     if (rc != 0) log_.warn("ephemeral backstop sweep failed with status " + std::to_string(rc));
-    // The next pass: in one second, or at the engine's next lease or ttl instant if
-    // that is later than one second from now it changes nothing; never sooner.
+    // The engine announces an instant only once per pass (it rings when a lease or
+    // ttl is armed earlier than every one announced since the last sweep), so the
+    // nearest instant this pass saw is owed too. One that is not in the future was
+    // left armed by the engine itself: trusting it would spin, the second covers it.
+    if (rc == 0 && r.next_expiry_unix_ms > now) {
+        int64_t due = backstop_due_.load();
+        while (r.next_expiry_unix_ms < due && !backstop_due_.compare_exchange_weak(due, r.next_expiry_unix_ms)) {
+        }
+    }
     schedule_backstop();
 }
 
 void Sweeper::schedule_backstop() {
     if (!has_backstop_ || stopping_.load()) return;
-    // At most once a second, a constant. The engine rings its own leases to the
-    // millisecond on every touch; this pass is only the floor under a lost hint, so a
-    // hint can re-arm the timer if it lapsed but never brings a pass closer than one
-    // second after the previous one.
+    // A pass at the next lease or ttl instant owed (rung by the engine, or seen by
+    // the last pass), to the millisecond, and in any case one second after the last
+    // pass: the second is the floor under a lost hint, not a cap on a hint. Every
+    // call re-arms the timer, so a nearer instant always moves it closer.
+    uv_update_time(&loop_);  // the timer counts from the loop's clock: make it now
     const int64_t now = wall_now_ms();
-    const int64_t next = backstop_last_run_unix_ms_ + 1000;
-    if (uv_is_active(reinterpret_cast<uv_handle_t *>(&backstop_timer_))) return;
+    const int64_t target = std::min(backstop_last_run_unix_ms_ + 1000, backstop_due_.load());
     uv_timer_start(&backstop_timer_, [](uv_timer_t *t) { static_cast<Sweeper *>(t->data)->run_backstop(); },
-                   static_cast<uint64_t>(std::max<int64_t>(next - now, 0)), 0);
+                   static_cast<uint64_t>(std::max<int64_t>(target - now, 0)), 0);
 }
 
 void Sweeper::publish_pool() {

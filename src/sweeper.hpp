@@ -99,7 +99,7 @@ private:
     Task<void> recover_after_loss();
     Task<bool> identify_server();
     Task<void> release_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected);
-    Task<bool> kv_prune(const std::vector<int16_t> &shards, int64_t row_budget, bool &kv_work);
+    Task<bool> kv_prune(const std::vector<int16_t> &shards, bool &kv_work);
     void phase_off_config(const char *phase, const PgResult &r);
     Task<bool> usage_rollup(const std::vector<int16_t> &shards);
     Task<void> sleep_for(int64_t ms);
@@ -114,7 +114,7 @@ private:
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);
     Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
-                          int64_t rows_left, bool &kv_work);
+                          bool &kv_work);
     int64_t ms_until_next_gate() const;
     static void backstop_wake(void *ctx, int64_t at_unix_ms);
 
@@ -140,6 +140,7 @@ private:
     // The wake: the nearest locally committed instant since the last re-arm.
     std::atomic<int64_t> wake_hint_{INT64_MAX};
     std::atomic<int64_t> backstop_hint_{INT64_MAX};
+    std::atomic<int64_t> backstop_due_{INT64_MAX};  // earliest instant a backstop pass is owed at
     std::atomic<bool> accepting_wakes_{false};
     std::atomic<int> wakers_in_flight_{0};
 
@@ -164,6 +165,7 @@ private:
     int64_t backstop_last_run_unix_ms_ = 0;
     bool fire_paused_logged_ = false;
     int64_t error_backoff_ms_ = 0;
+    bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
     std::string last_logged_error_;
     std::string shed_state_logged_ = "on/on";
     std::minstd_rand rng_;

@@ -301,10 +301,10 @@ def test_usage_samples_a_large_table(q):
               SELECT 'ns', 'k' || g, '1' FROM generate_series(1, 210000) g""")
     q.exec("ANALYZE queen.kv")
     assert q.one("SELECT reltuples FROM pg_class WHERE oid = 'queen.kv'::regclass") > 200000
+    # The measured threshold is 1M rows (004); this connection lowers it for the test.
+    q.exec("SELECT set_config('queen.kv_usage_sample_above', '200000', false)")
     r = q.usage_step(shards=list(range(64)))
     assert r["sampled"] is True
     rows = r["tenants"][0]["kvRows"]
-    assert rows % 8 == 0 and abs(rows - 210000) < 21000
-    exact = q.one("SELECT count(*) FROM queen.kv WHERE shard < 8")
-    assert rows == exact * 8
+    assert abs(rows - 210000) < 21000   # a TABLESAMPLE SYSTEM share of the pages, scaled up
     assert q.one("SELECT sampled FROM queen.kv_usage") is True

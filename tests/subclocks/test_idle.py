@@ -3,12 +3,20 @@
 The sleep is sweeper_max_sleep_ms for the first sweeper_idle_after_cycles idle cycles,
 then doubles up to sweeper_idle_max_sleep_ms. The ephemeral backstop runs on its own timer
 and deliberately does not feed the idle count, so a busy engine leaves the backoff alone.
-One wake (queen_sweeper_wake for now) cuts the long sleep at once and resets the count."""
+One wake (queen_sweeper_wake for now) cuts the long sleep at once and resets the count.
 
+The one-second net, decided (README, "The one-second net"): the idle backoff is kept. A
+timer scheduled with no wake (on a broker that died before ringing, or by a plain SQL
+client) into an idle table is fired at the end of the idle sleep in progress, so while idle
+the net is sweeper_idle_max_sleep_ms, not the ceiling. An operator who needs the ceiling
+as the net in every state sets sweeper_idle_max_sleep_ms to sweeper_max_sleep_ms; both
+behaviours are asserted here."""
+
+import json
 import threading
 import time
 
-from conftest import assert_clean_stop, wait_for
+from conftest import TENANT_A, assert_clean_stop, op_schedule, wait_for
 from queen_sweeper import Ephemeral
 
 IDLE_KNOBS = dict(sweeper_max_sleep_ms=50, sweeper_idle_max_sleep_ms=800,
@@ -127,3 +135,51 @@ def test_a_busy_backstop_does_not_count_as_work(q, sweepers):
     assert not errors, errors
     assert final["backstop"]["failures_total"] == 0
     assert [s for _c, _i, s in seen][-1] == 800
+
+
+def schedule_without_wake(q, h, queue):
+    """A timer due now, scheduled from SQL with no wake; returns (cycle at schedule time,
+    sleep in progress, lateness in ms once fired)."""
+    st = h.stats()
+    (res,) = q.one("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
+                   (json.dumps([op_schedule(queue, "k", b"no wake", delay_ms=0)]), TENANT_A))
+    assert res["status"] == "scheduled", res
+    wait_for(lambda: h.stats()["fired_total"] == 1, 10, 0.002, what="the unwoken timer to fire")
+    late = now_ms() - res["deliverAtMs"]
+    return st["cycles_total"], st["sleep_ms"], late
+
+
+def test_while_idle_the_net_is_the_idle_cap(q, sweepers):
+    h = sweepers("idle-net-backoff", **IDLE_KNOBS)
+    h.start()
+    try:
+        watch_sleeps(h, 800, 15)
+        cycle, sleeping, late = schedule_without_wake(q, h, "idle-net-b")
+        wait_for(lambda: h.stats()["cycles_total"] > cycle, 5, what="the firing cycle to end")
+        after = h.stats()
+    finally:
+        final = assert_clean_stop(h)
+    print(f"\n[idle net, backoff kept] scheduled during a {sleeping} ms idle sleep with no wake: "
+          f"fired {late} ms after deliverAt")
+    assert sleeping == 800
+    # Fired by a cycle that came at the end of the idle sleep: nothing rang the loop.
+    assert after["wake_signals_total"] == 0 and after["wakes_total"] == 0
+    assert final["fired_total"] == 1 and final["cycle_errors_total"] == 0
+
+
+def test_holding_the_net_keeps_every_idle_sleep_at_the_ceiling(q, sweepers):
+    held = dict(IDLE_KNOBS, sweeper_idle_max_sleep_ms=IDLE_KNOBS["sweeper_max_sleep_ms"])
+    h = sweepers("idle-net-held", **held)
+    h.start()
+    try:
+        seen = watch_sleeps(h, 50, 10)
+        wait_for(lambda: h.stats()["idle_cycles"] >= 10, 10, what="ten idle cycles")
+        st = h.stats()
+        cycle, sleeping, late = schedule_without_wake(q, h, "idle-net-h")
+    finally:
+        final = assert_clean_stop(h)
+    print(f"\n[idle net, held at the ceiling] scheduled during a {sleeping} ms idle sleep with no "
+          f"wake: fired {late} ms after deliverAt")
+    assert all(s <= 50 for _c, _i, s in seen), seen
+    assert st["sleep_ms"] == 50 and sleeping == 50
+    assert final["fired_total"] == 1 and final["wake_signals_total"] == 0
