@@ -27,7 +27,11 @@ def main() -> int:
     ap.add_argument("--broker-id", required=True)
     ap.add_argument("--stats", required=True)
     ap.add_argument("--lease-ms", type=int, default=3000)
-    ap.add_argument("--conninfo", default=os.environ.get("QUEEN_TEST_CONNINFO", ""))
+    # The queen_sweeper role by default (tests/pg exports it): a broker's sweeper needs no more.
+    ap.add_argument("--conninfo", default=os.environ.get("QUEEN_TEST_SWEEPER_CONNINFO", ""))
+    # Off by default: the test applies the schema as the superuser, and the sweeper role may
+    # not run DDL.
+    ap.add_argument("--apply-schema", action="store_true")
     args = ap.parse_args()
 
     done = threading.Event()
@@ -37,7 +41,7 @@ def main() -> int:
     def log(level, message):
         print(f"[{args.broker_id} sweeper {level}] {message}", file=sys.stderr, flush=True)
 
-    sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=True,
+    sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=args.apply_schema,
                  read_env=False, sweeper_lease_ms=args.lease_ms, log_level="warn")
     sw.on_log(log)
     sw.start()

@@ -15,7 +15,8 @@ Run (tests/run does this, with the database it started):
     eval "$(tests/pg start $(mktemp -d /tmp/pg.XXXX))"
     QUEEN_SWEEPER_LIBRARY=build/libqueen_sweeper.so /usr/bin/python3 -m pytest -q tests/chaos
 
-Needs QUEEN_TEST_CONNINFO and QUEEN_TEST_PGDIR (the fast restart); it fails, never
+Needs QUEEN_TEST_ADMIN_CONNINFO, QUEEN_TEST_SWEEPER_CONNINFO, QUEEN_TEST_BROKER_CONNINFO
+and QUEEN_TEST_PGDIR (the fast restart); it fails, never
 skips, without them. The database is up again when the test ends, whatever happened.
 """
 
@@ -173,10 +174,16 @@ def chaos_plan() -> list[tuple[int, str, list[int]]]:
 
 
 def test_chaos_exactly_once(tmp_path, capsys):
-    conninfo = os.environ.get("QUEEN_TEST_CONNINFO")
+    # Least privilege: the brokers' sweepers log in as a role holding queen_sweeper only,
+    # the scheduler as one holding queen_broker only; the superuser applies the schema,
+    # inspects, and terminates backends.
+    conninfo = os.environ.get("QUEEN_TEST_ADMIN_CONNINFO")
+    sweeper_conninfo = os.environ.get("QUEEN_TEST_SWEEPER_CONNINFO")
+    broker_conninfo = os.environ.get("QUEEN_TEST_BROKER_CONNINFO")
     pgdir = os.environ.get("QUEEN_TEST_PGDIR")
-    if not conninfo or not pgdir:
-        pytest.fail("QUEEN_TEST_CONNINFO and QUEEN_TEST_PGDIR must be set: "
+    if not (conninfo and sweeper_conninfo and broker_conninfo and pgdir):
+        pytest.fail("QUEEN_TEST_ADMIN_CONNINFO, QUEEN_TEST_SWEEPER_CONNINFO, "
+                    "QUEEN_TEST_BROKER_CONNINFO and QUEEN_TEST_PGDIR must be set: "
                     "eval \"$(tests/pg start $(mktemp -d))\" (the chaos suite never skips)")
 
     # The schema (every file is idempotent), then a clean slate for the log and timers.
@@ -188,7 +195,7 @@ def test_chaos_exactly_once(tmp_path, capsys):
                     "queen.log_dlq, queen.log_partitions, queen.queues")
     ctl.close()
 
-    brokers = Brokers(tmp_path, conninfo)
+    brokers = Brokers(tmp_path, sweeper_conninfo)
     events: list[str] = []
     errors: list[str] = []
     deliver = [0] * N_TIMERS                 # timer i -> deliverAtMs as the server answered
@@ -198,7 +205,7 @@ def test_chaos_exactly_once(tmp_path, capsys):
 
     def schedule():
         try:
-            conn = psycopg2.connect(conninfo, application_name=APP)
+            conn = psycopg2.connect(broker_conninfo, application_name=APP)
             with conn.cursor() as cur:
                 for b, start in enumerate(range(0, N_TIMERS, BATCH)):
                     tenant = TENANTS[b % len(TENANTS)]

@@ -2,4 +2,5 @@
 other suite uses, so `from firekit import ...` is unambiguous even when several test
 folders run in one pytest) and are re-exported here so pytest registers them."""
 
-from firekit import conninfo, connections, q, schema, sweepers  # noqa: F401
+from firekit import (broker_conninfo, conninfo, connections, q, schema,  # noqa: F401
+                     sweeper_conninfo, sweepers)

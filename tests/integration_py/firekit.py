@@ -12,8 +12,15 @@ Run (the python with pytest and psycopg2 is Debian's /usr/bin/python3):
     QUEEN_SWEEPER_LIBRARY=<build>/libqueen_sweeper.so PYTHONPATH=bindings/python \
         /usr/bin/python3 -m pytest -q tests/integration_py
 
-Without QUEEN_TEST_CONNINFO every test FAILS with a message saying so: nothing here is
-ever skipped.
+Roles (tests/pg start creates them and exports their conninfos): the sweepers under test
+log in as a role holding queen_sweeper only (QUEEN_TEST_SWEEPER_CONNINFO), scheduling goes
+through a role holding queen_broker only (QUEEN_TEST_BROKER_CONNINFO), and setup and
+inspection (direct table reads, switches, triggers, locks) use the superuser
+(QUEEN_TEST_ADMIN_CONNINFO). The schema fixture applies the schema through a sweeper with
+apply_schema=true as the superuser: that is the apply under test.
+
+Without those variables every test FAILS with a message saying so: nothing here is ever
+skipped.
 """
 
 from __future__ import annotations
@@ -96,10 +103,12 @@ def connect(conninfo, autocommit=True):
 
 
 class Queen:
-    """The SQL surface the tests use, over one autocommit connection."""
+    """The SQL surface the tests use, over one autocommit connection (the superuser), with
+    scheduling sent through `broker` (the broker role) when one is given."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, broker=None):
         self.conn = conn
+        self.broker = broker if broker is not None else conn
 
     def q(self, sql, args=None):
         with self.conn.cursor() as cur:
@@ -118,8 +127,10 @@ class Queen:
         out = []
         for i in range(0, len(ops), 256):
             chunk = ops[i:i + 256]
-            res = self.one("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
-                           (json.dumps(chunk), tenant))
+            with self.broker.cursor() as cur:
+                cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
+                            (json.dumps(chunk), tenant))
+                res = cur.fetchone()[0]
             assert len(res) == len(chunk), res
             out.extend(res)
         return out
@@ -256,14 +267,31 @@ def assert_clean_stop(h: Handle, timeout_ms=15000):
     return st
 
 
-@pytest.fixture(scope="session")
-def conninfo():
-    value = os.environ.get("QUEEN_TEST_CONNINFO")
+def _env_conninfo(var):
+    value = os.environ.get(var)
     if not value:
-        pytest.fail("QUEEN_TEST_CONNINFO is not set: start a throwaway database with "
+        pytest.fail(f"{var} is not set: start a throwaway database with "
                     "`eval \"$(tests/pg start $(mktemp -d /tmp/pgfire.XXXX))\"` "
                     "(these integration tests need PostgreSQL and never skip)", pytrace=False)
     return value
+
+
+@pytest.fixture(scope="session")
+def conninfo():
+    """The superuser: the schema apply under test, setup and inspection."""
+    return _env_conninfo("QUEEN_TEST_ADMIN_CONNINFO")
+
+
+@pytest.fixture(scope="session")
+def sweeper_conninfo():
+    """A LOGIN role holding queen_sweeper only: what the sweepers under test log in as."""
+    return _env_conninfo("QUEEN_TEST_SWEEPER_CONNINFO")
+
+
+@pytest.fixture(scope="session")
+def broker_conninfo():
+    """A LOGIN role holding queen_broker only: scheduling."""
+    return _env_conninfo("QUEEN_TEST_BROKER_CONNINFO")
 
 
 def _config(conninfo, broker_id, knobs):
@@ -337,11 +365,14 @@ def _reset(conn):
 
 
 @pytest.fixture
-def q(connections):
-    """A Queen over a fresh autocommit connection, with every queen table emptied."""
+def q(connections, broker_conninfo):
+    """A Queen over a fresh autocommit connection (superuser) that schedules through the
+    broker role, with every queen table emptied."""
     conn = connections()
+    broker = connect(broker_conninfo)
     _reset(conn)
-    yield Queen(conn)
+    yield Queen(conn, broker)
+    broker.close()
     # Leave no trigger behind for the next test (or the next suite on this database).
     try:
         _reset(conn)
@@ -350,13 +381,16 @@ def q(connections):
 
 
 @pytest.fixture
-def sweepers(conninfo, schema):
-    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started).
+def sweepers(sweeper_conninfo, schema):
+    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started), logged
+    in as the queen_sweeper role (a `conninfo` knob overrides it). apply_schema is off by
+    default here: the schema fixture applied it, and the sweeper role may not run DDL.
     Whatever a test leaves running is stopped and closed at teardown."""
     made: list[Handle] = []
 
     def make(broker_id, *, fired=None, **knobs):
-        h = Handle(Sweeper(**_config(conninfo, broker_id, knobs)), broker_id)
+        knobs = {"apply_schema": False, **knobs}
+        h = Handle(Sweeper(**_config(sweeper_conninfo, broker_id, knobs)), broker_id)
         h.sw.on_log(h.on_log)
         if fired is not None:
             h.sw.on_fired(fired)

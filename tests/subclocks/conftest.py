@@ -89,10 +89,13 @@ def connect(conninfo, autocommit=True):
 
 
 def apply_sql_files(conn, names=None):
-    """Apply sql/*.sql (or just `names`) in numeric order; the files are idempotent."""
+    """Apply sql/*.sql (or just `names`) in numeric order; the files are idempotent. After a
+    partial apply the roles and version files run too: a function a test dropped comes back
+    owned by whoever applied it and executable by PUBLIC until 005 puts its owner and
+    grants back, and the sweepers here log in as the queen_sweeper role."""
     files = sorted(SQL_DIR.glob("*.sql"))
     if names is not None:
-        files = [f for f in files if f.name in names]
+        files = [f for f in files if f.name in names or f.name >= "005"]
     assert files, f"no sql files found under {SQL_DIR}"
     with conn.cursor() as cur:
         for f in files:
@@ -108,9 +111,19 @@ def op_schedule(queue, key, payload: bytes, *, partition="p0", delay_ms=0, txn=N
 class Queen:
     """The SQL surface the tests use, over one autocommit connection."""
 
-    def __init__(self, conn, conninfo):
+    def __init__(self, conn, conninfo, broker=None):
         self.conn = conn
         self.conninfo = conninfo
+        # Scheduling and KV calls go through the broker's role when the fixture gives one;
+        # setup and inspection (direct table reads and writes) use `conn`, the superuser.
+        self.broker = broker if broker is not None else conn
+
+    def _broker_one(self, sql, args=None):
+        with self.broker.cursor() as cur:
+            cur.execute(sql, args)
+            rows = cur.fetchall()
+        assert len(rows) == 1, rows
+        return rows[0][0]
 
     def q(self, sql, args=None):
         with self.conn.cursor() as cur:
@@ -130,8 +143,8 @@ class Queen:
         """log_timers_apply_v1 in calls of at most 256 ops; every op must be scheduled."""
         for i in range(0, len(ops), 256):
             chunk = ops[i:i + 256]
-            res = self.one("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
-                           (json.dumps(chunk), tenant))
+            res = self._broker_one("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
+                                   (json.dumps(chunk), tenant))
             bad = [r for r in res if r.get("status") != "scheduled"]
             assert not bad, f"schedule refused: {bad[:5]}"
 
@@ -165,11 +178,12 @@ class Queen:
                         + cond, (namespace, namespace))
 
     def kv_get(self, namespace, key, tenant=TENANT_A):
-        return self.one("SELECT queen.kv_get_v1(%s::uuid, %s, %s, now())", (tenant, namespace, key))
+        return self._broker_one("SELECT queen.kv_get_v1(%s::uuid, %s, %s, now())",
+                                (tenant, namespace, key))
 
     def kv_put(self, namespace, key, value, *, ttl_ms=None, forever=None, tenant=TENANT_A):
-        return self.one("SELECT queen.kv_put_v1(%s::uuid, %s, %s, %s::jsonb, %s, %s, now())",
-                        (tenant, namespace, key, json.dumps(value), ttl_ms, forever))
+        return self._broker_one("SELECT queen.kv_put_v1(%s::uuid, %s, %s, %s::jsonb, %s, %s, now())",
+                                (tenant, namespace, key, json.dumps(value), ttl_ms, forever))
 
     def functions_present(self):
         return [self.one("SELECT to_regprocedure(%s) IS NOT NULL", (f,))
@@ -254,14 +268,31 @@ def sweeper_config(conninfo, broker_id, knobs):
     return cfg
 
 
-@pytest.fixture(scope="session")
-def conninfo():
-    value = os.environ.get("QUEEN_TEST_CONNINFO")
+def _env_conninfo(var):
+    value = os.environ.get(var)
     if not value:
-        pytest.fail("QUEEN_TEST_CONNINFO is not set: start a throwaway database with "
+        pytest.fail(f"{var} is not set: start a throwaway database with "
                     "`eval \"$(tests/pg start $(mktemp -d /tmp/pgsub.XXXX))\"` "
                     "(these integration tests need PostgreSQL and never skip)", pytrace=False)
     return value
+
+
+@pytest.fixture(scope="session")
+def conninfo():
+    """The superuser: schema apply, setup and inspection (QUEEN_TEST_ADMIN_CONNINFO)."""
+    return _env_conninfo("QUEEN_TEST_ADMIN_CONNINFO")
+
+
+@pytest.fixture(scope="session")
+def sweeper_conninfo():
+    """A LOGIN role holding queen_sweeper only: what every sweeper under test logs in as."""
+    return _env_conninfo("QUEEN_TEST_SWEEPER_CONNINFO")
+
+
+@pytest.fixture(scope="session")
+def broker_conninfo():
+    """A LOGIN role holding queen_broker only: scheduling and KV calls."""
+    return _env_conninfo("QUEEN_TEST_BROKER_CONNINFO")
 
 
 @pytest.fixture(scope="session")
@@ -300,25 +331,32 @@ def connections(conninfo, schema):
 
 
 @pytest.fixture
-def q(connections, conninfo):
-    """A Queen over a fresh autocommit connection; queen tables emptied before and after,
-    and 004 restored after the test whatever it dropped."""
+def q(connections, conninfo, broker_conninfo):
+    """A Queen over a fresh autocommit connection (superuser), scheduling through the broker
+    role; queen tables emptied before and after, and 004 restored after the test whatever
+    it dropped."""
     conn = connections()
+    broker = connect(broker_conninfo)
     restore_maintenance(conn)
     reset_tables(conn)
-    yield Queen(conn, conninfo)
+    try:
+        yield Queen(conn, conninfo, broker)
+    finally:
+        broker.close()
     restore_maintenance(conn)
     reset_tables(conn)
 
 
 @pytest.fixture
-def sweepers(conninfo, q):
-    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started).
+def sweepers(sweeper_conninfo, q):
+    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started), logged
+    in as the queen_sweeper role unless a test overrides the conninfo.
     Depends on q so that every sweeper is closed before the tables are emptied."""
     made: list[Handle] = []
 
     def make(broker_id, *, conninfo_override=None, **knobs):
-        h = Handle(Sweeper(**sweeper_config(conninfo_override or conninfo, broker_id, knobs)),
+        h = Handle(Sweeper(**sweeper_config(conninfo_override or sweeper_conninfo, broker_id,
+                                            knobs)),
                    broker_id)
         h.sw.on_log(h.on_log)
         made.append(h)
@@ -348,8 +386,10 @@ class PrivateCluster:
                 for part in shlex.split(line[len("export "):]):
                     k, _, v = part.partition("=")
                     env[k] = v
-        assert "QUEEN_TEST_CONNINFO" in env, out
-        self.conninfo = env["QUEEN_TEST_CONNINFO"]
+        assert "QUEEN_TEST_SWEEPER_CONNINFO" in env, out
+        # .conninfo is what the sweeper under test logs in with: the queen_sweeper role.
+        self.conninfo = env["QUEEN_TEST_SWEEPER_CONNINFO"]
+        self.admin_conninfo = env["QUEEN_TEST_ADMIN_CONNINFO"]
         self.up = True
 
     def _pg(self, cmd):
@@ -375,7 +415,7 @@ def private_cluster(schema):
     """A cluster of its own with the queen schema applied; removed at teardown."""
     cluster = PrivateCluster()
     try:
-        conn = connect(cluster.conninfo)
+        conn = connect(cluster.admin_conninfo)
         try:
             apply_sql_files(conn)
         finally:
