@@ -35,7 +35,7 @@ def installed(tmp_path_factory):
     target = work / "site"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
-         "--no-index", "--disable-pip-version-check", "--target", str(target), str(src)],
+         "--no-index", "--no-cache-dir", "--disable-pip-version-check", "--target", str(target), str(src)],
         capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return target
