@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -95,16 +96,17 @@ TEST_F(Lifecycle, GracefulStopWaitsForTheQueryInFlight) {
         return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper' "
                            "AND wait_event_type = 'Lock'") > 0;
     }, 10000)) << "the probe never blocked on the lock";
+    // Ordering, not timing: the stop may only return after the lock was let go, so
+    // `released` must be set whenever it returns (a loaded machine can delay either side).
+    std::atomic<bool> released{false};
     std::thread release([&] {
         std::this_thread::sleep_for(milliseconds(500));
+        released = true;
         locker.exec("COMMIT");
     });
-    auto t0 = steady_clock::now();
-    EXPECT_EQ(queen_sweeper_stop(sw, 10000), 0) << queen_sweeper_last_error();
-    auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    EXPECT_EQ(queen_sweeper_stop(sw, 60000), 0) << queen_sweeper_last_error();
+    EXPECT_TRUE(released.load()) << "stop did not wait for the query in flight";
     release.join();
-    EXPECT_GE(took, 300) << "stop did not wait for the query in flight";
-    EXPECT_LT(took, 10000);
     expect_clean_teardown(sw);
     queen_sweeper_destroy(&sw);
 }
@@ -123,7 +125,10 @@ TEST_F(Lifecycle, StopPastItsTimeoutCancelsTheQueryInFlight) {
     auto t0 = steady_clock::now();
     EXPECT_EQ(queen_sweeper_stop(sw, 700), QUEEN_SWEEPER_ETIMEDOUT);
     auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
-    EXPECT_LT(took, 700 + 3000) << "stop overran its timeout by far";
+    // A generous bound: a stop that ignores its timeout waits for the lock holder, which
+    // never lets go here; a loaded sanitizer build only adds seconds.
+    EXPECT_LT(took, 700 + 20000) << "stop overran its timeout by far";
+    std::printf("stop(700) past its timeout returned after %lld ms\n", static_cast<long long>(took));
     EXPECT_NE(std::string(queen_sweeper_last_error()).find("700 ms"), std::string::npos);
     expect_clean_teardown(sw);
     // The blocked query was cancelled on the server, not left waiting on the lock.
