@@ -21,6 +21,16 @@ std::string conninfo() {
     return c;
 }
 
+std::string sweeper_conninfo() {
+    const char *c = std::getenv("QUEEN_TEST_SWEEPER_CONNINFO");
+    if (!c || !*c) {
+        ADD_FAILURE() << "QUEEN_TEST_SWEEPER_CONNINFO is not set: integration tests need the PostgreSQL "
+                         "(and its test roles) that tests/pg start sets up";
+        throw std::runtime_error("QUEEN_TEST_SWEEPER_CONNINFO is not set");
+    }
+    return c;
+}
+
 Conn::Conn(const std::string &ci) : pg_(PQconnectdb(ci.c_str())) {
     if (PQstatus(pg_) != CONNECTION_OK) {
         std::string e = PQerrorMessage(pg_);

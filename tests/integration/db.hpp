@@ -8,8 +8,12 @@
 
 namespace testdb {
 
-// QUEEN_TEST_CONNINFO, or a failed test explaining that tests/run sets it.
+// QUEEN_TEST_CONNINFO (the superuser: setup and inspection), or a failed test explaining
+// that tests/run sets it.
 std::string conninfo();
+// QUEEN_TEST_SWEEPER_CONNINFO: a LOGIN role holding the queen_sweeper group role only,
+// what the sweepers under test log in as (tests/pg start creates it).
+std::string sweeper_conninfo();
 
 class Conn {
 public:

@@ -32,7 +32,8 @@ nlohmann::json stats(queen_sweeper *sw) {
     }
 }
 
-queen_sweeper *make(const std::string &extra = "", const std::string &ci = testdb::conninfo()) {
+// Sweepers log in as the queen_sweeper role (least privilege); apply tests pass the superuser.
+queen_sweeper *make(const std::string &extra = "", const std::string &ci = testdb::sweeper_conninfo()) {
     nlohmann::json cfg = {{"conninfo", ci}, {"read_env", false}, {"broker_id", "lifecycle"}};
     if (!extra.empty()) cfg.update(nlohmann::json::parse(extra));
     queen_sweeper *sw = nullptr;
