@@ -4,6 +4,7 @@ version of 006, and search_path pinning.
 Runs as the LOGIN roles tests/pg creates: queen_test_sweeper (member of queen_sweeper
 only) and queen_test_broker (queen_broker only). Setup and inspection use the superuser."""
 import base64
+import os
 import json
 import uuid
 
@@ -264,3 +265,40 @@ def test_shadowed_operator_does_not_change_what_a_broker_reads(q, hijacker):
     assert [i["timerKey"] for i in page["items"]] == ["later"]
     assert page["items"][0]["deliverAtMs"] == hijacker.one(
         "SELECT queen.log_timers_peek_v1(%s, 'q', 'later')", (T1,))["deliverAtMs"]
+
+
+# ---------------------------------------------------------------------------------------
+# Applied by a schema owner that may not create roles
+# ---------------------------------------------------------------------------------------
+
+def test_apply_by_an_owner_without_createrole(q, connections):
+    """A database owner that is neither superuser nor CREATEROLE applies the whole schema:
+    005 skips the roles and the ownership with a NOTICE, and still takes PUBLIC's rights
+    away and grants the (existing) group roles exactly their functions."""
+    from sqlkit import apply_schema
+    owner = "queen_test_owner_%s" % uuid.uuid4().hex[:6]
+    db = "queen_apply_%s" % uuid.uuid4().hex[:10]
+    q.exec("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE" % owner)
+    q.exec("CREATE DATABASE %s OWNER %s" % (db, owner))
+    try:
+        conn = connections(dbname=db, user=owner)
+        notices_before = len(conn.notices)
+        apply_schema(conn)
+        apply_schema(conn)                               # and again: idempotent
+        assert any("ownership left as it is" in n for n in conn.notices[notices_before:]), conn.notices
+        own = Queen(conn)
+        assert own.one("SELECT queen.schema_version_v1()") == 2
+        assert own.one("SELECT count(*) FROM pg_proc p, aclexplode(coalesce(p.proacl,"
+                       " acldefault('f', p.proowner))) a WHERE p.pronamespace = 'queen'::regnamespace"
+                       " AND a.grantee = 0") == 0
+        sweeper = Queen(connections(dsn=os.environ["QUEEN_TEST_SWEEPER_CONNINFO"], dbname=db))
+        broker = Queen(connections(dsn=os.environ["QUEEN_TEST_BROKER_CONNINFO"], dbname=db))
+        assert broker.one("SELECT queen.log_timers_apply_v1('[]'::jsonb, %s, NULL, %s)", (T1, NOW)) == []
+        assert sweeper.one("SELECT queen.log_timers_due_v1(NULL, %s, 10)", (NOW,))["due"] == 0
+        denied(broker, CLAIM, (NOW,))
+        conn.close()
+        sweeper.conn.close()
+        broker.conn.close()
+    finally:
+        q.exec("DROP DATABASE IF EXISTS %s WITH (FORCE)" % db)
+        q.exec("DROP ROLE %s" % owner)
