@@ -1,5 +1,5 @@
 /*
- * queen_sweeper.h - the public C ABI of libqueen_sweeper.so (ABI v1).
+ * queen_sweeper.h - the public C ABI of libqueen_sweeper.so (ABI v1.1).
  *
  * The background sweeper of a PostgreSQL-backed message broker: it fires due
  * timers out of queen.log_timers into the log, prunes expired queen.kv rows,
@@ -48,7 +48,12 @@ extern "C" {
 /** ABI major: a host built against another major must refuse this library. */
 #define QUEEN_SWEEPER_ABI_MAJOR 1
 /** ABI minor: grows when functions or trailing struct fields are appended. */
-#define QUEEN_SWEEPER_ABI_MINOR 0
+#define QUEEN_SWEEPER_ABI_MINOR 1
+
+/** Release version of the library this header ships with (queen_sweeper_version() at run time). */
+#define QUEEN_SWEEPER_VERSION_MAJOR 1
+#define QUEEN_SWEEPER_VERSION_MINOR 1
+#define QUEEN_SWEEPER_VERSION_PATCH 0
 
 /**
  * The ABI version of the loaded library, packed as (major << 16) | minor.
@@ -324,6 +329,37 @@ QUEEN_SWEEPER_API int64_t queen_sweeper_stats(queen_sweeper *sw, char *buf, size
  */
 QUEEN_SWEEPER_API int64_t queen_sweeper_metrics(queen_sweeper *sw, char *buf, size_t cap);
 
+/**
+ * Wait until the sweeper is ready: the schema step succeeded (the apply when
+ * apply_schema is true, skipped when the database already records this
+ * library's schema version; otherwise a check of the recorded version) and a
+ * first probe of the timers completed. Readiness is latched: once ready, the
+ * call returns OK at once. Whether the sweeper works now is "healthy" in the
+ * stats and queen_sweeper_healthy in the metrics. The stats carry "ready" and,
+ * while not ready, "ready_reason".
+ *
+ * sw: the sweeper, started.
+ * timeout_ms: the longest wait; 0 only looks.
+ * Returns: OK when ready; ETIMEDOUT when not ready within the time (the last
+ *   error carries the reason, e.g. a failed schema apply); ESTATE when the
+ *   sweeper is not started, disabled by configuration, stopping or stopped;
+ *   EINVAL if sw is NULL.
+ * Thread safety: any thread, concurrently with everything but destroy; a stop
+ *   on another thread ends the wait with ESTATE.
+ * Since: 1.1
+ */
+QUEEN_SWEEPER_API int queen_sweeper_wait_ready(queen_sweeper *sw, uint32_t timeout_ms);
+
+/**
+ * The symbolic name of a status code, as a static string: "QUEEN_SWEEPER_OK",
+ * "QUEEN_SWEEPER_ETIMEDOUT", ...; "QUEEN_SWEEPER_UNKNOWN" for a value that is
+ * not one of this header's codes. Never NULL, never freed by the caller.
+ *
+ * Thread safety: any thread, any time.
+ * Since: 1.1
+ */
+QUEEN_SWEEPER_API const char *queen_sweeper_status_name(int status);
+
 /* ======================================================================
  * 6. Memory and codec
  * ==================================================================== */
@@ -409,6 +445,9 @@ typedef struct queen_sweeper_api {
     int (*segment_frame)(const queen_sweeper_segment *seg, size_t index, queen_sweeper_frame *out);
     void (*segment_free)(queen_sweeper_segment **seg);
     int (*txn_hash)(const char *txn, size_t len, uint8_t out16[16]);
+    /* Since 1.1: read only when struct_size covers them. */
+    int (*wait_ready)(queen_sweeper *sw, uint32_t timeout_ms);
+    const char *(*status_name)(int status);
 } queen_sweeper_api;
 
 /** The type of queen_sweeper_get_api, for dlsym casts. */

@@ -151,6 +151,25 @@ QUEEN_SWEEPER_API int64_t queen_sweeper_metrics(queen_sweeper *sw, char *buf, si
     }
 }
 
+QUEEN_SWEEPER_API int queen_sweeper_wait_ready(queen_sweeper *sw, uint32_t timeout_ms) {
+    if (!sw) return null_handle("queen_sweeper_wait_ready");
+    return guarded("queen_sweeper_wait_ready", [&] { return sw->impl.wait_ready(timeout_ms); });
+}
+
+QUEEN_SWEEPER_API const char *queen_sweeper_status_name(int status) {
+    switch (status) {
+    case QUEEN_SWEEPER_OK: return "QUEEN_SWEEPER_OK";
+    case QUEEN_SWEEPER_EINVAL: return "QUEEN_SWEEPER_EINVAL";
+    case QUEEN_SWEEPER_ENOMEM: return "QUEEN_SWEEPER_ENOMEM";
+    case QUEEN_SWEEPER_ESTATE: return "QUEEN_SWEEPER_ESTATE";
+    case QUEEN_SWEEPER_ETIMEDOUT: return "QUEEN_SWEEPER_ETIMEDOUT";
+    case QUEEN_SWEEPER_ECORRUPT: return "QUEEN_SWEEPER_ECORRUPT";
+    case QUEEN_SWEEPER_EVERSION: return "QUEEN_SWEEPER_EVERSION";
+    case QUEEN_SWEEPER_EINTERNAL: return "QUEEN_SWEEPER_EINTERNAL";
+    default: return "QUEEN_SWEEPER_UNKNOWN";
+    }
+}
+
 static const queen_sweeper_api kApiV1 = {
     sizeof(queen_sweeper_api),
     QUEEN_SWEEPER_ABI_MAJOR,
@@ -173,6 +192,8 @@ static const queen_sweeper_api kApiV1 = {
     queen_sweeper_segment_frame,
     queen_sweeper_segment_free,
     queen_sweeper_txn_hash,
+    queen_sweeper_wait_ready,
+    queen_sweeper_status_name,
 };
 
 QUEEN_SWEEPER_API const queen_sweeper_api *queen_sweeper_get_api(uint32_t abi_major) {

@@ -1,4 +1,5 @@
 #include "config.hpp"
+#include "env_check.hpp"
 
 #include <unistd.h>
 
@@ -69,6 +70,7 @@ const std::vector<Knob> &knobs() {
         B("apply_schema", &Config::apply_schema),
         B("read_env", &Config::read_env),
         S("log_level", &Config::log_level),
+        B("log_stderr", &Config::log_stderr),
     };
     return k;
 }
@@ -221,6 +223,9 @@ bool parse_config(const char *json_text, Config &c, std::string &err) {
             if (!v) continue;
             if (!apply_value(k, nlohmann::json(std::string(v)), "environment " + name, c, err, true)) return false;
         }
+        std::vector<std::string> keys;
+        for (const auto &k : knobs()) keys.push_back(k.key);
+        c.warnings = unknown_env_warnings(environment_names(), keys);
     }
     for (auto it = j.begin(); it != j.end(); ++it) {
         const Knob *k = find_knob(it.key());

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,9 @@ struct Config {
     bool apply_schema = false;
     bool read_env = true;
     std::string log_level = "info";
+    bool log_stderr = true;  // warnings and errors to stderr while no log callback is set
+    // Found at parse time (e.g. a misspelt QUEEN_* variable); logged by the sweeper.
+    std::vector<std::string> warnings;
 
     int log_level_number() const;
     // The resolved configuration as JSON, with any password in conninfo masked.

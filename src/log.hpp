@@ -1,8 +1,9 @@
-// Logging through the host's callback. Never log a timer key, a KV key, a
-// payload or a password: messages are built from counts, names of phases and
-// SQLSTATEs only.
+// Logging through the host's callback, or to stderr when the host installed
+// none. Never log a timer key, a KV key, a payload or a password: messages are
+// built from counts, names of phases and SQLSTATEs only.
 #pragma once
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -17,12 +18,23 @@ public:
         fn_ = fn;
         user_ = user;
     }
+    bool has_callback() {
+        std::lock_guard<std::mutex> g(mu_);
+        return fn_ != nullptr;
+    }
     void set_level(int level) { level_.store(level); }
+    // Without a callback, warnings and errors go to stderr unless the host said
+    // "log_stderr": false: a sweeper failing every cycle must never be silent.
+    void set_stderr(bool on) { stderr_.store(on); }
     bool enabled(int level) const { return level <= level_.load(); }
     void log(int level, const std::string &msg) {
         if (!enabled(level)) return;
         std::lock_guard<std::mutex> g(mu_);
         if (fn_) fn_(user_, level, msg.c_str());
+        else if (level <= QUEEN_SWEEPER_LOG_WARN && stderr_.load())
+            // One write per line, so lines of concurrent sweepers do not interleave.
+            std::fprintf(stderr, "queen_sweeper %s: %s\n", level == QUEEN_SWEEPER_LOG_ERROR ? "error" : "warning",
+                         msg.c_str());
     }
     void error(const std::string &m) { log(QUEEN_SWEEPER_LOG_ERROR, m); }
     void warn(const std::string &m) { log(QUEEN_SWEEPER_LOG_WARN, m); }
@@ -34,6 +46,7 @@ private:
     queen_sweeper_log_fn fn_ = nullptr;
     void *user_ = nullptr;
     std::atomic<int> level_{QUEEN_SWEEPER_LOG_INFO};
+    std::atomic<bool> stderr_{true};
 };
 
 }  // namespace qsw

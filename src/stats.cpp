@@ -1,7 +1,11 @@
 #include "stats.hpp"
 
 #include <algorithm>
-#include <sstream>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+#include "queen_sweeper.h"
 
 namespace qsw {
 
@@ -12,6 +16,41 @@ int64_t LagRing::percentile(double p) const {
     size_t k = static_cast<size_t>(p * static_cast<double>(n - 1) + 0.5);
     std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
     return v[k];
+}
+
+const char *error_phase_name(ErrorPhase p) {
+    switch (p) {
+    case ErrorPhase::schema: return "schema";
+    case ErrorPhase::fire: return "fire";
+    case ErrorPhase::prune: return "prune";
+    case ErrorPhase::rollup: return "rollup";
+    case ErrorPhase::backstop: return "backstop";
+    case ErrorPhase::count: break;
+    }
+    return "fire";
+}
+
+const char *error_kind_name(ErrorKind k) {
+    switch (k) {
+    case ErrorKind::transient: return "transient";
+    case ErrorKind::config: return "config";
+    case ErrorKind::permanent: return "permanent";
+    case ErrorKind::provider: return "provider";
+    case ErrorKind::count: break;
+    }
+    return "permanent";
+}
+
+ErrorPhase error_phase_of(const std::string &step) {
+    if (step.rfind("schema", 0) == 0) return ErrorPhase::schema;
+    if (step.find("prune") != std::string::npos) return ErrorPhase::prune;
+    if (step.find("rollup") != std::string::npos) return ErrorPhase::rollup;
+    if (step.find("backstop") != std::string::npos) return ErrorPhase::backstop;
+    return ErrorPhase::fire;  // probe, claim, fire, fail, dlq, release: the fire's own calls
+}
+
+bool Stats::healthy(const Figures &f) {
+    return f.state == "running" && f.ready && f.consecutive_failed_cycles == 0;
 }
 
 nlohmann::json Stats::to_json() {
@@ -74,6 +113,24 @@ nlohmann::json Stats::to_json() {
     j["idle_cycles"] = x.idle_cycles;
     j["cycle_errors_total"] = x.cycle_errors_total;
     j["last_error"] = x.last_error;
+    nlohmann::json errors = nlohmann::json::object();
+    for (size_t p = 0; p < x.phase_errors.size(); ++p) {
+        nlohmann::json by_class = nlohmann::json::object();
+        for (size_t k = 0; k < x.phase_errors[p].size(); ++k)
+            by_class[error_kind_name(static_cast<ErrorKind>(k))] = x.phase_errors[p][k];
+        errors[error_phase_name(static_cast<ErrorPhase>(p))] = by_class;
+    }
+    j["phase_errors"] = errors;
+    j["failed_cycles_total"] = x.failed_cycles_total;
+    j["consecutive_failed_cycles"] = x.consecutive_failed_cycles;
+    j["healthy"] = healthy(x);
+    j["ready"] = x.ready;
+    j["ready_reason"] = x.ready ? nlohmann::json(nullptr) : nlohmann::json(x.ready_reason);
+    j["schema"] = {{"state", x.schema_state},
+                   {"version_expected", x.schema_version_expected},
+                   {"version_database", x.schema_version_database < 0 ? nlohmann::json(nullptr)
+                                                                      : nlohmann::json(x.schema_version_database)}};
+    j["config_warnings"] = x.config_warnings;
     j["backstop"] = {{"runs_total", x.backstop_runs_total},
                      {"failures_total", x.backstop_failures_total},
                      {"redelivered_total", x.backstop_redelivered_total},
@@ -112,78 +169,305 @@ nlohmann::json Stats::to_json() {
     return j;
 }
 
+namespace {
+constexpr const char *kPrefix = "queen_sweeper_";
+}
+
+std::string PromFamilies::escape_label(const std::string &v) {
+    std::string o;
+    o.reserve(v.size());
+    for (char c : v) {
+        if (c == '\\') o += "\\\\";
+        else if (c == '"') o += "\\\"";
+        else if (c == '\n') o += "\\n";
+        else o += c;
+    }
+    return o;
+}
+
+std::string PromFamilies::format_value(double v) {
+    if (std::isnan(v)) return "NaN";
+    if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+    // Integers (every counter) print exactly; fractions in the shortest form that reads back.
+    if (v == std::trunc(v) && std::fabs(v) < 9007199254740992.0) return std::to_string(static_cast<int64_t>(v));
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+}
+
+PromFamilies::Family PromFamilies::family(const std::string &name, const char *type, const std::string &help) {
+    if (std::find(opened_.begin(), opened_.end(), name) != opened_.end())
+        throw std::logic_error("metric family " + name + " opened twice");
+    opened_.push_back(name);
+    const std::string full = kPrefix + name;
+    out_ += "# HELP " + full + " " + help + "\n# TYPE " + full + " " + type + "\n";
+    return Family(this, name);
+}
+
+PromFamilies::Family &PromFamilies::Family::sample(double v, const Labels &labels, const char *suffix) {
+    if (owner_->opened_.back() != name_)
+        throw std::logic_error("metric family " + name_ + " sampled after " + owner_->opened_.back() + " opened");
+    std::string &o = owner_->out_;
+    o += kPrefix;
+    o += name_;
+    o += suffix;
+    if (!labels.empty()) {
+        o += '{';
+        for (size_t i = 0; i < labels.size(); ++i) {
+            if (i) o += ',';
+            o += labels[i].first + "=\"" + escape_label(labels[i].second) + "\"";
+        }
+        o += '}';
+    }
+    o += ' ';
+    o += format_value(v);
+    o += '\n';
+    return *this;
+}
+
 std::string Stats::to_prometheus() {
-    nlohmann::json j = to_json();
-    std::ostringstream o;
-    auto metric = [&](const char *name, const char *type, const char *help, const nlohmann::json &v,
-                      const std::string &labels = "") {
-        o << "# HELP queen_sweeper_" << name << ' ' << help << "\n# TYPE queen_sweeper_" << name << ' ' << type
-          << "\nqueen_sweeper_" << name << labels << ' ';
-        if (v.is_boolean()) o << (v.get<bool>() ? 1 : 0);
-        else if (v.is_null()) o << "NaN";
-        else o << v.dump();
-        o << '\n';
-    };
-    metric("cycles_total", "counter", "Sweeper cycles run.", j["cycles_total"]);
-    metric("probes_total", "counter", "Probe calls.", j["probes_total"]);
-    metric("claimed_total", "counter", "Timer rows claimed.", j["claimed_total"]);
-    metric("empty_claims_total", "counter", "Claims that took nothing while work was due.", j["empty_claims_total"]);
-    metric("fired_total", "counter", "Timers delivered into the log.", j["fired_total"]);
-    metric("stale_total", "counter", "Segments found stale at fire time.", j["stale_total"]);
-    metric("duplicate_total", "counter", "Timers whose txn was already in the log.", j["duplicate_total"]);
-    metric("released_total", "counter", "Claimed rows released without delivery.", j["released_total"]);
-    metric("fire_txns_total", "counter", "Fire transactions committed.", j["fire_txns_total"]);
-    metric("fire_bytes_total", "counter", "Bytes of segments and hashes fired.", j["fire_bytes_total"]);
-    for (const char *c : {"transient", "config", "permanent"})
-        metric("fire_failures_total", "counter", "Failed fire calls by class.", j["fire_failures"][c],
-               std::string("{class=\"") + c + "\"}");
-    metric("poisoned_total", "counter", "Timers isolated as poison.", j["poisoned_total"]);
-    metric("dlq_total", "counter", "Timers moved to the DLQ.", j["dlq_total"]);
-    metric("wakes_total", "counter", "Calls of queen_sweeper_wake.", j["wakes_total"]);
-    metric("wake_signals_total", "counter", "Times the loop was actually rung.", j["wake_signals_total"]);
-    metric("timers_due", "gauge", "Due timers at the last probe (capped).", j["timers_due"]);
-    metric("timers_oldest_late_ms", "gauge", "Lateness of the oldest due timer.", j["timers_oldest_late_ms"]);
-    metric("fire_lag_p50_ms", "gauge", "Median fire lag over recent fires.", j["fire_lag_ms"]["p50"]);
-    metric("fire_lag_p99_ms", "gauge", "p99 fire lag over recent fires.", j["fire_lag_ms"]["p99"]);
-    metric("kv_deleted_total", "counter", "Expired KV rows pruned.", j["kv_deleted_total"]);
-    metric("kv_expired_not_pruned", "gauge", "Expired KV rows still present.", j["kv_expired_not_pruned"]);
-    metric("kv_expired_not_pruned_capped", "gauge", "1 when the count above hit its cap.",
-           j["kv_expired_not_pruned_capped"]);
-    metric("kv_expiry_lag_ms", "gauge", "Age of the oldest expired KV row still present.", j["kv_expiry_lag_ms"]);
-    for (const char *ph : {"fire", "rollup", "prune", "backstop"}) {
-        for (const char *st : {"on", "off_config", "shed", "off"}) {
-            metric("phase_state", "gauge", "1 for the current state of each phase.",
-                   nlohmann::json(j["phases"][ph] == st),
-                   std::string("{phase=\"") + ph + "\",state=\"" + st + "\"}");
-        }
+    Figures x;
+    {
+        std::lock_guard<std::mutex> g(mu);
+        x = f;
     }
-    metric("pressure", "gauge", "Consecutive capped cycles.", j["pressure"]);
-    metric("slow_pressure", "gauge", "Consecutive cycles whose drain ran out of time.", j["slow_pressure"]);
-    metric("sleep_ms", "gauge", "The last computed sleep.", j["sleep_ms"]);
-    metric("db_up", "gauge", "1 while a database connection is usable.", nlohmann::json(j["db_state"] == "up"));
-    metric("pool_connections_busy", "gauge", "Busy pooled connections.", j["pool"]["busy"]);
-    metric("pool_disconnects_total", "counter", "Connections lost or closed.", j["pool"]["disconnects_total"]);
-    metric("pool_deadline_cancels_total", "counter", "Calls cancelled at their deadline.",
-           j["pool"]["deadline_cancels_total"]);
-    metric("backstop_runs_total", "counter", "Ephemeral backstop passes.", j["backstop"]["runs_total"]);
-    metric("backstop_redelivered_total", "counter", "Leases the backstop expired.", j["backstop"]["redelivered_total"]);
-    metric("backstop_ttl_dropped_total", "counter", "Messages the backstop dropped for ttl.",
-           j["backstop"]["ttl_dropped_total"]);
-    metric("backstop_queues_collected_total", "counter", "Idle implicit queues collected.",
-           j["backstop"]["queues_collected_total"]);
-    // The multi-line TYPE/HELP repeats above are legal only once per name.
-    std::istringstream in(o.str());
-    std::ostringstream out;
-    std::vector<std::string> seen;
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("# ", 0) == 0) {
-            if (std::find(seen.begin(), seen.end(), line) != seen.end()) continue;
-            seen.push_back(line);
-        }
-        out << line << '\n';
+    const int64_t wakes = wakes_total.load(), wake_signals = wake_signals_total.load();
+    const int64_t hint_wakes = backstop_wakes_total.load();
+    auto secs = [](int64_t ms) { return static_cast<double>(ms) / 1000.0; };
+    auto flag = [](bool b) { return b ? int64_t(1) : int64_t(0); };
+    PromFamilies m;
+    using L = PromFamilies::Labels;
+
+    // Identity and health first: what an alert rule reads.
+    m.family("build_info", "gauge", "Always 1; the library's release version and ABI as labels.")
+        .sample(int64_t(1), L{{"version", QUEEN_SWEEPER_VERSION_STRING},
+                              {"abi", std::to_string(QUEEN_SWEEPER_ABI_MAJOR) + "." +
+                                          std::to_string(QUEEN_SWEEPER_ABI_MINOR)}});
+    m.family("broker_info", "gauge", "Always 1; this sweeper's broker id and the first shard it visits.")
+        .sample(int64_t(1), L{{"broker_id", x.broker_id}, {"start_shard", std::to_string(x.start_shard)}});
+    {
+        auto fam = m.family("state", "gauge", "1 for the sweeper's current lifecycle state.");
+        for (const char *st : {"created", "running", "stopping", "stopped", "disabled", "failed"})
+            fam.sample(flag(x.state == st), L{{"state", st}});
     }
-    return out.str();
+    m.family("healthy", "gauge",
+             "1 while running, ready, and the last cycle finished with no phase failing; 0 otherwise.")
+        .sample(flag(healthy(x)));
+    m.family("ready", "gauge", "1 once the schema step succeeded and a probe completed.").sample(flag(x.ready));
+    m.family("consecutive_failed_cycles", "gauge", "Cycles in a row in which some phase failed.")
+        .sample(x.consecutive_failed_cycles);
+    m.family("failed_cycles_total", "counter", "Cycles in which some phase failed.").sample(x.failed_cycles_total);
+    {
+        auto fam = m.family("errors_total", "counter",
+                            "Failed calls by phase (schema, fire, prune, rollup, backstop) and error class "
+                            "(transient, config, permanent, provider).");
+        for (size_t p = 0; p < x.phase_errors.size(); ++p)
+            for (size_t k = 0; k < x.phase_errors[p].size(); ++k) {
+                // A backstop failure is a provider status; a database phase never has one.
+                const bool backstop = static_cast<ErrorPhase>(p) == ErrorPhase::backstop;
+                const bool provider = static_cast<ErrorKind>(k) == ErrorKind::provider;
+                if (backstop != provider) continue;
+                fam.sample(x.phase_errors[p][k], L{{"phase", error_phase_name(static_cast<ErrorPhase>(p))},
+                                                   {"class", error_kind_name(static_cast<ErrorKind>(k))}});
+            }
+    }
+    m.family("cycle_errors_total", "counter", "Failed calls in any phase (the sum of errors_total).")
+        .sample(x.cycle_errors_total);
+    {
+        auto fam = m.family("phase_state", "gauge", "1 for the current state of each phase.");
+        const std::pair<const char *, const std::string *> phases[] = {
+            {"fire", &x.phase_fire}, {"rollup", &x.phase_rollup}, {"prune", &x.phase_prune},
+            {"backstop", &x.phase_backstop}};
+        for (const auto &[ph, cur] : phases)
+            for (const char *st : {"on", "off_config", "shed", "off"})
+                fam.sample(flag(*cur == st), L{{"phase", ph}, {"state", st}});
+    }
+    m.family("schema_version_expected", "gauge", "Schema version this library embeds (0: unversioned).")
+        .sample(x.schema_version_expected);
+    m.family("schema_version_database", "gauge", "Schema version the database records (-1: unknown or none).")
+        .sample(x.schema_version_database);
+    m.family("config_warnings", "gauge", "Warnings about the configuration found at create (see the stats).")
+        .sample(static_cast<int64_t>(x.config_warnings.size()));
+
+    // The cycle.
+    m.family("cycles_total", "counter", "Sweeper cycles run.").sample(x.cycles_total);
+    m.family("probes_total", "counter", "Probe calls.").sample(x.probes_total);
+    m.family("capped_cycles_total", "counter", "Cycles whose drain hit its row budget or deadline.")
+        .sample(x.capped_cycles_total);
+    m.family("pressure", "gauge", "Consecutive capped cycles.").sample(x.pressure);
+    m.family("slow_pressure", "gauge", "Consecutive cycles whose drain ran out of time.").sample(x.slow_pressure);
+    m.family("sleep_seconds", "gauge", "The last computed sleep.").sample(secs(x.sleep_ms));
+    m.family("idle_cycles", "gauge", "Consecutive idle cycles.").sample(x.idle_cycles);
+    m.family("wakes_total", "counter", "Calls of queen_sweeper_wake.").sample(wakes);
+    m.family("wake_signals_total", "counter", "Times the loop was actually rung.").sample(wake_signals);
+    m.family("wake_cut_sleeps_total", "counter", "Sleeps a wake actually shortened.").sample(x.wake_cut_sleeps_total);
+
+    // The fire.
+    m.family("timers_due", "gauge", "Due timers at the last probe (capped, see timers_due_capped).")
+        .sample(x.timers_due);
+    m.family("timers_due_capped", "gauge", "1 when timers_due hit its cap.").sample(flag(x.timers_due_capped));
+    m.family("timers_oldest_late_seconds", "gauge", "Lateness of the oldest due timer at the last probe.")
+        .sample(secs(x.timers_oldest_late_ms));
+    m.family("next_due_in_seconds", "gauge", "Time to the nearest scheduled timer at the last probe (-1: none).")
+        .sample(x.next_in_ms < 0 ? -1.0 : secs(x.next_in_ms));
+    m.family("fire_enabled", "gauge", "The timers_fire_enabled switch as last read (0: paused by the operator).")
+        .sample(flag(x.fire_enabled));
+    m.family("maintenance", "gauge", "The maintenance switch as last read (1: fire paused).")
+        .sample(flag(x.maintenance));
+    m.family("fire_paused_cycles_total", "counter", "Cycles in which a switch paused the fire.")
+        .sample(x.fire_paused_cycles_total);
+    m.family("claims_total", "counter", "Claim calls.").sample(x.claims_total);
+    m.family("claimed_total", "counter", "Timer rows claimed.").sample(x.claimed_total);
+    m.family("empty_claims_total", "counter", "Claims that took nothing while work was due.")
+        .sample(x.empty_claims_total);
+    m.family("fired_total", "counter", "Timers delivered into the log.").sample(x.fired_total);
+    m.family("fired_segments_total", "counter", "Segments appended to the log.").sample(x.fired_segments_total);
+    m.family("stale_total", "counter", "Segments found stale at fire time.").sample(x.stale_total);
+    m.family("duplicate_total", "counter", "Timers whose txn was already in the log.").sample(x.duplicate_total);
+    m.family("released_total", "counter", "Claimed rows handed back without delivery.").sample(x.released_total);
+    m.family("released_on_stop_total", "counter", "Claims handed back by a graceful stop.")
+        .sample(x.released_on_stop_total);
+    m.family("fire_txns_total", "counter", "Fire transactions committed.").sample(x.fire_txns_total);
+    m.family("fire_busy_total", "counter", "Segments deferred because another broker held their partition.")
+        .sample(x.fire_busy_total);
+    m.family("fire_bytes_total", "counter", "Bytes of segments and hashes fired.").sample(x.fire_bytes_total);
+    {
+        auto fam = m.family("fire_failures_total", "counter", "Failed fire calls by error class.");
+        fam.sample(x.fire_failures_transient, L{{"class", "transient"}});
+        fam.sample(x.fire_failures_config, L{{"class", "config"}});
+        fam.sample(x.fire_failures_permanent, L{{"class", "permanent"}});
+    }
+    m.family("poisoned_total", "counter", "Timers isolated as the cause of a permanent failure.")
+        .sample(x.poisoned_total);
+    m.family("dlq_total", "counter", "Timers moved to the dead-letter queue.").sample(x.dlq_total);
+    m.family("rejected_total", "counter", "Claimed rows the packer refused (e.g. a corrupt payload).")
+        .sample(x.rejected_total);
+    {
+        const LagHistogram &h = x.fire_lag.histogram();
+        auto fam = m.family("fire_lag_seconds", "histogram", "Lateness of fired timers (fire time minus due time).");
+        int64_t cum = 0;
+        for (size_t i = 0; i < h.buckets.size(); ++i) {
+            cum += h.buckets[i];
+            fam.sample(cum, L{{"le", PromFamilies::format_value(secs(LagHistogram::kBoundsMs[i]))}}, "_bucket");
+        }
+        fam.sample(h.count, L{{"le", "+Inf"}}, "_bucket");
+        fam.sample(secs(h.sum_ms), {}, "_sum");
+        fam.sample(h.count, {}, "_count");
+    }
+    m.family("fire_lag_max_seconds", "gauge", "Largest fire lateness seen since start.")
+        .sample(secs(x.fire_lag_max_ms));
+
+    // KV prune and usage rollup.
+    m.family("kv_deleted_total", "counter", "Expired KV rows pruned.").sample(x.kv_deleted_total);
+    m.family("kv_prune_calls_total", "counter", "KV prune calls.").sample(x.kv_prune_calls_total);
+    m.family("kv_expired_not_pruned", "gauge", "Expired KV rows still present (capped).")
+        .sample(x.kv_expired_not_pruned);
+    m.family("kv_expired_not_pruned_capped", "gauge", "1 when kv_expired_not_pruned hit its cap.")
+        .sample(flag(x.kv_expired_not_pruned_capped));
+    m.family("kv_expiry_lag_seconds", "gauge", "Age of the oldest expired KV row still present.")
+        .sample(secs(x.kv_expiry_lag_ms));
+    m.family("rollup_runs_total", "counter", "Usage rollup runs.").sample(x.rollup_runs_total);
+    m.family("rollup_max_quota_ratio", "gauge", "Highest tenant usage over quota at the last rollup.")
+        .sample(x.rollup_max_quota_ratio);
+    m.family("rollup_sampled", "gauge", "1 when the last rollup sampled instead of counting.")
+        .sample(flag(x.rollup_sampled));
+
+    // The ephemeral backstop.
+    m.family("backstop_runs_total", "counter", "Ephemeral backstop passes.").sample(x.backstop_runs_total);
+    m.family("backstop_failures_total", "counter", "Backstop passes whose provider returned a failure.")
+        .sample(x.backstop_failures_total);
+    m.family("backstop_redelivered_total", "counter", "Leases the backstop expired.")
+        .sample(x.backstop_redelivered_total);
+    m.family("backstop_exhausted_total", "counter", "Messages the backstop found past their retry limit.")
+        .sample(x.backstop_exhausted_total);
+    m.family("backstop_ttl_dropped_total", "counter", "Messages the backstop dropped for their ttl.")
+        .sample(x.backstop_ttl_dropped_total);
+    m.family("backstop_queues_collected_total", "counter", "Idle implicit queues collected.")
+        .sample(x.backstop_queues_collected_total);
+    m.family("backstop_hint_wakes_total", "counter", "Wakes the ephemeral engine rang for its own instants.")
+        .sample(hint_wakes);
+    m.family("backstop_next_expiry_timestamp_seconds", "gauge",
+             "Unix time of the nearest lease or ttl the engine reported (-1: none).")
+        .sample(x.backstop_next_expiry_unix_ms < 0 ? -1.0 : secs(x.backstop_next_expiry_unix_ms));
+
+    // The pool and admission.
+    const PoolFigures &p = x.pool;
+    m.family("db_up", "gauge", "1 while a database connection is usable.").sample(flag(p.db_state == "up"));
+    m.family("pool_connections", "gauge", "Pooled connections.").sample(static_cast<int64_t>(p.connections));
+    {
+        auto fam = m.family("pool_connections_by_state", "gauge", "Pooled connections by state.");
+        fam.sample(static_cast<int64_t>(p.idle), L{{"state", "idle"}});
+        fam.sample(static_cast<int64_t>(p.busy), L{{"state", "busy"}});
+        fam.sample(static_cast<int64_t>(p.connecting), L{{"state", "connecting"}});
+        fam.sample(static_cast<int64_t>(p.down), L{{"state", "down"}});
+    }
+    m.family("pool_waiting_for_connection", "gauge", "Calls waiting for a connection.")
+        .sample(static_cast<int64_t>(p.waiting_for_connection));
+    m.family("pool_connects_total", "counter", "Connections established.").sample(p.connects_total);
+    m.family("pool_disconnects_total", "counter", "Connections lost or closed.").sample(p.disconnects_total);
+    m.family("pool_deadline_cancels_total", "counter", "Calls cancelled at their deadline.")
+        .sample(p.deadline_cancels_total);
+    m.family("pool_calls_total", "counter", "Database calls made.").sample(p.calls_total);
+    m.family("pool_calls_failed_total", "counter", "Database calls that failed.").sample(p.calls_failed_total);
+    m.family("pool_max_slot_wait_seconds", "gauge", "Longest wait for an admission slot.")
+        .sample(secs(p.max_slot_wait_ms));
+    {
+        auto slots = m.family("pool_lane_slots", "gauge", "Admission slots per lane.");
+        for (int l = 0; l < kLaneCount; ++l)
+            slots.sample(static_cast<int64_t>(p.slots[l]), L{{"lane", lane_name(static_cast<Lane>(l))}});
+        auto in_use = m.family("pool_lane_slots_in_use", "gauge", "Admission slots taken per lane.");
+        for (int l = 0; l < kLaneCount; ++l)
+            in_use.sample(static_cast<int64_t>(p.slots_in_use[l]), L{{"lane", lane_name(static_cast<Lane>(l))}});
+        auto waiting = m.family("pool_lane_waiting", "gauge", "Calls waiting for an admission slot per lane.");
+        for (int l = 0; l < kLaneCount; ++l)
+            waiting.sample(static_cast<int64_t>(p.waiting_for_slot[l]), L{{"lane", lane_name(static_cast<Lane>(l))}});
+        auto calls = m.family("pool_lane_calls_total", "counter", "Calls admitted per lane.");
+        for (int l = 0; l < kLaneCount; ++l)
+            calls.sample(p.lane_calls_total[l], L{{"lane", lane_name(static_cast<Lane>(l))}});
+    }
+
+    // A lost connection and what followed it.
+    {
+        const FailoverFigures &fo = x.failover;
+        auto ts = [&](int64_t unix_ms) { return unix_ms < 0 ? -1.0 : secs(unix_ms); };
+        m.family("failover_lost_total", "counter", "Drain calls that got no answer (connection, deadline, read-only).")
+            .sample(fo.lost_total);
+        m.family("failover_last_lost_timestamp_seconds", "gauge", "Unix time of the last loss (-1: none).")
+            .sample(ts(fo.last_lost_unix_ms));
+        m.family("failover_reconnected_timestamp_seconds", "gauge",
+                 "Unix time the server was identified again after the last loss (-1: none).")
+            .sample(ts(fo.reconnected_unix_ms));
+        m.family("failover_resumed_timestamp_seconds", "gauge",
+                 "Unix time of the first fire committed after the last loss (-1: none).")
+            .sample(ts(fo.resumed_unix_ms));
+        m.family("failover_last_gap_seconds", "gauge", "From the last loss to the first fire after it (-1: none).")
+            .sample(fo.last_gap_ms < 0 ? -1.0 : secs(fo.last_gap_ms));
+        m.family("failover_server_in_recovery", "gauge", "1 when the server the sweeper talks to is a standby.")
+            .sample(flag(fo.server_in_recovery));
+        m.family("failover_server_changes_total", "counter", "A different server found after a loss.")
+            .sample(fo.server_changes_total);
+        m.family("failover_read_only_total", "counter", "Drain calls refused by a read-only server.")
+            .sample(fo.read_only_total);
+        m.family("failover_parked_claims", "gauge", "Claims of lost calls waiting to be handed back.")
+            .sample(fo.parked_claims);
+        m.family("failover_handed_back_total", "counter", "Claims of lost calls handed back after reconnecting.")
+            .sample(fo.handed_back_total);
+        m.family("failover_in_doubt_fires_total", "counter", "Fire calls sent whose answer was lost.")
+            .sample(fo.in_doubt_fires_total);
+        m.family("failover_in_doubt_fired_total", "counter", "In-doubt fires found committed in the log.")
+            .sample(fo.in_doubt_fired_total);
+        m.family("failover_in_doubt_not_fired_total", "counter", "In-doubt fires found not committed.")
+            .sample(fo.in_doubt_not_fired_total);
+        m.family("failover_in_doubt_pending", "gauge", "In-doubt fires not resolved yet.").sample(fo.in_doubt_pending);
+        m.family("failover_in_doubt_timers_announced_total", "counter",
+                 "Timers of in-doubt fires announced through on_fired once found committed.")
+            .sample(fo.in_doubt_timers_announced_total);
+    }
+
+    // Teardown (meaningful after stop).
+    m.family("teardown_clean", "gauge", "1 after a stop that closed every loop handle.")
+        .sample(flag(x.teardown_clean));
+    return m.text();
 }
 
 }  // namespace qsw

@@ -1,10 +1,12 @@
 // Figures the loop publishes and any thread may read. The loop thread writes
 // under the mutex once per phase; the wake path only touches the atomics.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -13,21 +15,56 @@
 
 namespace qsw {
 
+// Fire lateness since start as cumulative histogram buckets, the form Prometheus
+// aggregates across brokers (quantiles of separate processes cannot be averaged).
+struct LagHistogram {
+    // Upper bounds in milliseconds; the +Inf bucket is the total count.
+    static constexpr std::array<int64_t, 14> kBoundsMs = {5,    10,   25,   50,    100,   250,   500,
+                                                          1000, 2500, 5000, 10000, 30000, 60000, 300000};
+    std::array<int64_t, kBoundsMs.size()> buckets{};  // per bucket, not cumulative
+    int64_t count = 0;
+    int64_t sum_ms = 0;
+    void observe(int64_t ms) {
+        for (size_t i = 0; i < kBoundsMs.size(); ++i)
+            if (ms <= kBoundsMs[i]) {
+                ++buckets[i];
+                break;
+            }
+        ++count;
+        sum_ms += ms;
+    }
+};
+
 // A fixed ring of the most recent fire lags, so p50/p99 cost O(ring) at read time
-// and nothing on the fire path beyond one store.
+// and nothing on the fire path beyond one store; every lag also lands in the
+// since-start histogram.
 class LagRing {
 public:
     void add(int64_t ms) {
         ring_[next_ % ring_.size()] = ms;
         ++next_;
+        hist_.observe(ms);
     }
     int64_t percentile(double p) const;
     size_t size() const { return std::min<size_t>(next_, ring_.size()); }
+    const LagHistogram &histogram() const { return hist_; }
 
 private:
     std::vector<int64_t> ring_ = std::vector<int64_t>(4096, 0);
     size_t next_ = 0;
+    LagHistogram hist_;
 };
+
+// Where an error happened, for the per-phase error counters: the cycle's steps
+// folded into the phases an operator knows (probe, claim, fire, fail, dlq and
+// release all serve the fire).
+enum class ErrorPhase { schema, fire, prune, rollup, backstop, count };
+// schema, fire, prune, rollup, backstop
+const char *error_phase_name(ErrorPhase p);
+// The classifier's classes plus "provider" for a backstop provider's own status.
+enum class ErrorKind { transient, config, permanent, provider, count };
+const char *error_kind_name(ErrorKind k);
+ErrorPhase error_phase_of(const std::string &step);  // "claim" -> fire, "KV prune" -> prune, ...
 
 // A lost connection and what followed it (drain.cpp): when and where it was lost, the
 // server found again, when firing resumed, the claims handed back, and the fires whose
@@ -109,6 +146,18 @@ struct Figures {
     int64_t fire_lag_max_ms = 0;
     int64_t cycle_errors_total = 0;
     std::string last_error;
+    // Health: errors by phase and class, and cycles in which any phase failed.
+    std::array<std::array<int64_t, static_cast<size_t>(ErrorKind::count)>, static_cast<size_t>(ErrorPhase::count)>
+        phase_errors{};
+    int64_t failed_cycles_total = 0;
+    int64_t consecutive_failed_cycles = 0;
+    // Readiness: the schema step (apply or version check) and a first completed probe.
+    bool ready = false;
+    std::string ready_reason = "not started";
+    std::string schema_state = "pending";  // pending, applied, current, skipped, newer, older, unversioned, failed
+    int64_t schema_version_expected = 0;   // what this library embeds (0: an unversioned schema)
+    int64_t schema_version_database = -1;  // what the database records (-1: unknown or none)
+    std::vector<std::string> config_warnings;  // e.g. a misspelt QUEEN_* variable, found at create
     // Sub-clocks.
     std::string phase_fire = "on";
     std::string phase_prune = "on";   // on, off_config, shed
@@ -141,6 +190,40 @@ struct Figures {
     nlohmann::json config = nlohmann::json::object();
 };
 
+// Prometheus text exposition built family by family: HELP and TYPE are written
+// once, when the family is opened, and every sample of it follows at once, so a
+// name can neither repeat its header nor interleave with another family.
+class PromFamilies {
+public:
+    using Labels = std::vector<std::pair<std::string, std::string>>;
+    class Family {
+    public:
+        // A sample of this family; `suffix` is for a histogram's _bucket, _sum, _count.
+        Family &sample(double v, const Labels &labels = {}, const char *suffix = "");
+        Family &sample(int64_t v, const Labels &labels = {}, const char *suffix = "") {
+            return sample(static_cast<double>(v), labels, suffix);
+        }
+
+    private:
+        friend class PromFamilies;
+        Family(PromFamilies *owner, std::string name) : owner_(owner), name_(std::move(name)) {}
+        PromFamilies *owner_;
+        std::string name_;  // without the prefix
+    };
+    // type: counter, gauge, histogram, summary, untyped. The name is the full
+    // metric name without the common prefix (counters end in _total).
+    Family family(const std::string &name, const char *type, const std::string &help);
+    const std::string &text() const { return out_; }
+    static std::string escape_label(const std::string &v);
+    static std::string format_value(double v);
+
+private:
+    std::string out_;
+    // Refuses a family opened twice and a sample written after another family was
+    // opened: both are bugs in this file, caught by the unit test, never by a scrape.
+    std::vector<std::string> opened_;
+};
+
 struct Stats {
     std::mutex mu;
     Figures f;
@@ -150,6 +233,8 @@ struct Stats {
 
     nlohmann::json to_json();
     std::string to_prometheus();
+    // healthy: running, ready, and the last cycle finished with no phase failing.
+    static bool healthy(const Figures &f);
 };
 
 }  // namespace qsw

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "classify.hpp"
 #include "last_error.hpp"
 
 namespace qsw {
@@ -16,11 +17,18 @@ int64_t wall_now_ms() {
 
 Sweeper::Sweeper(Config cfg) : cfg_(std::move(cfg)), rng_(std::random_device{}()) {
     log_.set_level(cfg_.log_level_number());
+    log_.set_stderr(cfg_.log_stderr);
     start_shard_ = start_shard_for(cfg_.broker_id);
-    std::lock_guard<std::mutex> g(stats_.mu);
-    stats_.f.broker_id = cfg_.broker_id;
-    stats_.f.start_shard = start_shard_;
-    stats_.f.config = cfg_.to_json();
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.broker_id = cfg_.broker_id;
+        stats_.f.start_shard = start_shard_;
+        stats_.f.config = cfg_.to_json();
+        stats_.f.config_warnings = cfg_.warnings;
+    }
+    // At create no callback can be set yet: these reach stderr (unless log_stderr is
+    // false), and a callback set before start gets them again at start.
+    for (const auto &w : cfg_.warnings) log_.warn(w);
 }
 
 Sweeper::~Sweeper() { stop(5000); }
@@ -107,6 +115,7 @@ int Sweeper::start() {
         phase_ = Phase::disabled;
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "disabled";
+        stats_.f.ready_reason = "sweeper disabled by configuration (sweeper=false)";
         stats_.f.teardown_clean = true;  // no loop, no handle: nothing to tear down
         return QUEEN_SWEEPER_OK;
     }
@@ -139,8 +148,11 @@ int Sweeper::start() {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
         stats_.f.phase_backstop = has_backstop_ ? "on" : "off";
+        stats_.f.ready_reason = cfg_.apply_schema ? "applying the schema" : "checking the schema version";
     }
     log_.info("sweeper starting: " + cfg_.to_json().dump());
+    if (log_.has_callback())
+        for (const auto &w : cfg_.warnings) log_.warn(w);
     if (cfg_.sweeper_parallelism > cfg_.lane_maint_slots)
         log_.warn("sweeper_parallelism " + std::to_string(cfg_.sweeper_parallelism) + " exceeds lane_maint_slots " +
                   std::to_string(cfg_.lane_maint_slots) + ": fires beyond the slots wait for admission");
@@ -239,6 +251,11 @@ int Sweeper::stop(uint32_t timeout_ms) {
         stats_.f.state = "stopping";
     }
     stopping_.store(true);
+    {
+        // Under the mutex, so a waiter between its check and its wait cannot miss it.
+        std::lock_guard<std::mutex> r(ready_mu_);
+    }
+    ready_cv_.notify_all();
     ring(&stop_async_);
     int rc = QUEEN_SWEEPER_OK;
     {
@@ -466,9 +483,100 @@ void Sweeper::note_error(const std::string &phase, const PgResult &r) {
     std::string msg = phase + " failed";
     if (!r.sqlstate.empty()) msg += " (SQLSTATE " + r.sqlstate + ")";
     msg += ": " + r.message;
+    const ErrorClass c = classify_sqlstate(r.sqlstate);
+    const ErrorKind k = c == ErrorClass::transient ? ErrorKind::transient
+                        : c == ErrorClass::config  ? ErrorKind::config
+                                                   : ErrorKind::permanent;
     std::lock_guard<std::mutex> g(stats_.mu);
     stats_.f.last_error = msg;
     ++stats_.f.cycle_errors_total;
+    ++stats_.f.phase_errors[static_cast<size_t>(error_phase_of(phase))][static_cast<size_t>(k)];
+}
+
+// ---- Readiness and health ----------------------------------------------------------
+
+int Sweeper::wait_ready(uint32_t timeout_ms) {
+    {
+        std::lock_guard<std::mutex> g(life_mu_);
+        if (phase_ != Phase::running) {
+            set_last_error(std::string("queen_sweeper_wait_ready: the sweeper is ") +
+                           (phase_ == Phase::created    ? "not started"
+                            : phase_ == Phase::disabled ? "disabled by configuration (sweeper=false)"
+                                                        : "stopped"));
+            return QUEEN_SWEEPER_ESTATE;
+        }
+    }
+    std::unique_lock<std::mutex> lk(ready_mu_);
+    const bool done = ready_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
+                                         [this] { return ready_ || stopping_.load(); });
+    if (done && ready_) return QUEEN_SWEEPER_OK;
+    lk.unlock();
+    if (done) {
+        set_last_error("queen_sweeper_wait_ready: the sweeper is stopping");
+        return QUEEN_SWEEPER_ESTATE;
+    }
+    std::string reason;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        reason = stats_.f.ready_reason;
+    }
+    set_last_error("queen_sweeper_wait_ready: not ready after " + std::to_string(timeout_ms) + " ms: " + reason);
+    return QUEEN_SWEEPER_ETIMEDOUT;
+}
+
+void Sweeper::set_schema_outcome(bool ok, const std::string &state, const std::string &reason) {
+    schema_ok_ = ok;
+    schema_reason_ = reason;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.schema_state = state;
+    }
+    update_ready();
+}
+
+void Sweeper::note_probe(bool ok) {
+    if (!ok || probe_done_) return;
+    probe_done_ = true;
+    update_ready();
+}
+
+void Sweeper::update_ready() {
+    // Ready is latched: it says start-up is complete. Whether the sweeper works now is
+    // `healthy`, which turns with every failing cycle.
+    bool now_ready = false;
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        auto &f = stats_.f;
+        if (f.ready) return;
+        if (!schema_ok_) f.ready_reason = schema_reason_;
+        else if (!probe_done_)
+            f.ready_reason = "no probe has completed yet" + (f.last_error.empty() ? "" : ": last error: " + f.last_error);
+        else {
+            f.ready = true;
+            f.ready_reason.clear();
+            now_ready = true;
+        }
+    }
+    if (now_ready) {
+        {
+            std::lock_guard<std::mutex> r(ready_mu_);
+            ready_ = true;
+        }
+        ready_cv_.notify_all();
+        log_.info("sweeper ready");
+    }
+}
+
+void Sweeper::end_cycle_health() {
+    std::lock_guard<std::mutex> g(stats_.mu);
+    auto &f = stats_.f;
+    if (f.cycle_errors_total > errors_at_cycle_start_) {
+        ++f.failed_cycles_total;
+        ++f.consecutive_failed_cycles;
+    } else {
+        f.consecutive_failed_cycles = 0;
+    }
+    errors_at_cycle_start_ = f.cycle_errors_total;
 }
 
 }  // namespace qsw

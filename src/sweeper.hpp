@@ -42,6 +42,9 @@ public:
     int start();
     int stop(uint32_t timeout_ms);
     void wake(int64_t deliver_at_unix_ms) noexcept;
+    // Blocks until the sweeper is ready (OK), the time runs out (ETIMEDOUT), or it is
+    // not running (ESTATE: never started, disabled, stopping or stopped).
+    int wait_ready(uint32_t timeout_ms);
     Stats &stats() { return stats_; }
 
     // Test seam: the shard order a cycle visits (pure: broker identity + cycle number).
@@ -57,6 +60,22 @@ private:
     void teardown();
     Task<void> run();
     Task<bool> apply_schema();
+    // The schema step at start: apply (skipped when the database already records this
+    // version) or only check the recorded version; sets schema_ok_ and the reason.
+    Task<void> prepare_schema();
+    struct SchemaVersion {
+        bool ok = false;       // the call answered
+        bool absent = false;   // no queen.schema_version_v1(): unversioned or no schema
+        int64_t version = -1;
+        PgResult error;
+    };
+    Task<SchemaVersion> read_schema_version();
+    // Readiness: schema step done and a probe completed; otherwise the reason.
+    void set_schema_outcome(bool ok, const std::string &state, const std::string &reason);
+    void note_probe(bool ok);
+    void update_ready();
+    void end_cycle_health();
+    std::string last_stats_error();
     Task<int64_t> cycle();  // returns the sleep that follows
     struct ProbeResult {
         bool ok = false;
@@ -149,6 +168,16 @@ private:
     std::mutex done_mu_;
     std::condition_variable done_cv_;
     bool graceful_done_ = false;
+
+    // Readiness, read by wait_ready on host threads.
+    std::mutex ready_mu_;
+    std::condition_variable ready_cv_;
+    bool ready_ = false;
+    bool schema_ok_ = false;      // loop thread
+    bool probe_done_ = false;     // loop thread
+    std::string schema_reason_ = "the schema step has not run yet";
+    uint64_t next_schema_check_mono_ = 0;
+    int64_t errors_at_cycle_start_ = 0;
 
     // Loop-thread state.
     std::coroutine_handle<> sleeper_;

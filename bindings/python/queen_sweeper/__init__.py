@@ -37,6 +37,7 @@ from .sweeper import (
     LOG_WARN,
     Sweeper,
     abi_version,
+    status_name,
     unix_ms,
     version,
 )
@@ -47,5 +48,5 @@ __all__ = [
     "StateError", "Timeout", "VersionMismatch",
     "Frame", "decode_segment", "txn_hash",
     "LOG_DEBUG", "LOG_ERROR", "LOG_INFO", "LOG_WARN", "Sweeper", "abi_version", "unix_ms",
-    "version",
+    "version", "status_name",
 ]

@@ -19,7 +19,7 @@ from .errors import VersionMismatch
 
 # The major this package was written against; a library with another major is refused.
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 
 LIBRARY_ENV = "QUEEN_SWEEPER_LIBRARY"
 BUILD_DIR_ENV = "QUEEN_SWEEPER_BUILD_DIR"
@@ -121,6 +121,9 @@ _PROTOTYPES = [
     ("queen_sweeper_txn_hash", ctypes.c_int,
      [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint8 * 16)]),
     ("queen_sweeper_get_api", ctypes.c_void_p, [ctypes.c_uint32]),
+    # Since ABI 1.1.
+    ("queen_sweeper_wait_ready", ctypes.c_int, [SweeperPtr, ctypes.c_uint32]),
+    ("queen_sweeper_status_name", ctypes.c_char_p, [ctypes.c_int]),
 ]
 
 

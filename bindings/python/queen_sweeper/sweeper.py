@@ -213,6 +213,25 @@ class Sweeper:
             if self._handle:
                 self._native.wake(self._handle, at)
 
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the sweeper is ready: its schema step succeeded (the apply, or
+        the version check) and a first probe completed.
+
+        Raises Timeout (with the reason it is not ready, e.g. a failed schema apply)
+        when `timeout` seconds pass first, and StateError when the sweeper is not
+        started, disabled by configuration, or stopped. The GIL is released while
+        waiting (ctypes), and close() waits for this call to return.
+        """
+        timeout_ms = max(0, min(int(timeout * 1000), 0xFFFFFFFF))
+        with self._handle_lock:
+            handle = self._live_handle()
+            check(self._native, self._native.wait_ready(handle, timeout_ms))
+
+    @property
+    def ready(self) -> bool:
+        """True once the sweeper is ready (see wait_ready); never blocks."""
+        return bool(self.stats().get("ready"))
+
     def stats(self) -> dict:
         """The sweeper's JSON snapshot as a dict."""
         with self._handle_lock:
@@ -242,3 +261,8 @@ def abi_version(library=None) -> tuple[int, int]:
 def version(library=None) -> str:
     """The library's release version string."""
     return _text(_native.load(library).version())
+
+
+def status_name(status: int, library=None) -> str:
+    """The symbolic name of a status code, e.g. "QUEEN_SWEEPER_ETIMEDOUT"."""
+    return _text(_native.load(library).status_name(int(status)))

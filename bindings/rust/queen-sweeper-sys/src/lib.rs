@@ -19,7 +19,10 @@ pub mod ephemeral;
 // ---------------------------------------------------------------------------
 
 pub const QUEEN_SWEEPER_ABI_MAJOR: u32 = 1;
-pub const QUEEN_SWEEPER_ABI_MINOR: u32 = 0;
+pub const QUEEN_SWEEPER_ABI_MINOR: u32 = 1;
+pub const QUEEN_SWEEPER_VERSION_MAJOR: u32 = 1;
+pub const QUEEN_SWEEPER_VERSION_MINOR: u32 = 1;
+pub const QUEEN_SWEEPER_VERSION_PATCH: u32 = 0;
 
 // ---------------------------------------------------------------------------
 // 2. Types
@@ -150,6 +153,9 @@ pub struct queen_sweeper_api {
     >,
     pub segment_free: Option<unsafe extern "C" fn(seg: *mut *mut queen_sweeper_segment)>,
     pub txn_hash: Option<unsafe extern "C" fn(txn: *const c_char, len: usize, out16: *mut u8) -> c_int>,
+    // Since 1.1: read only when struct_size covers them.
+    pub wait_ready: Option<unsafe extern "C" fn(sw: *mut queen_sweeper, timeout_ms: u32) -> c_int>,
+    pub status_name: Option<unsafe extern "C" fn(status: c_int) -> *const c_char>,
 }
 
 pub type queen_sweeper_get_api_fn = Option<unsafe extern "C" fn(abi_major: u32) -> *const queen_sweeper_api>;
@@ -197,6 +203,10 @@ extern "C" {
 
     // 7. Plugin entry
     pub fn queen_sweeper_get_api(abi_major: u32) -> *const queen_sweeper_api;
+
+    // Since 1.1 (section 5, introspection).
+    pub fn queen_sweeper_wait_ready(sw: *mut queen_sweeper, timeout_ms: u32) -> c_int;
+    pub fn queen_sweeper_status_name(status: c_int) -> *const c_char;
 }
 
 #[cfg(test)]

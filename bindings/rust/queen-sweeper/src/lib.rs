@@ -166,10 +166,17 @@ pub fn abi_version() -> (u32, u32) {
     (packed >> 16, packed & 0xFFFF)
 }
 
-/// The library's release version, such as "1.0.0".
+/// The library's release version, such as "1.1.0".
 pub fn version() -> String {
     // SAFETY: a static string owned by the library.
     unsafe { text(sys::queen_sweeper_version()) }
+}
+
+/// The symbolic name of a status code, such as "QUEEN_SWEEPER_ETIMEDOUT"
+/// ("QUEEN_SWEEPER_UNKNOWN" for a value the library does not define).
+pub fn status_name(status: i32) -> String {
+    // SAFETY: a static string owned by the library, never NULL.
+    unsafe { text(sys::queen_sweeper_status_name(status)) }
 }
 
 /// Refuse a library of another ABI major, naming both versions.
@@ -454,7 +461,7 @@ pub struct Sweeper {
 // callbacks are `Send` by their bounds, and the backstop guard is `Send`.
 unsafe impl Send for Sweeper {}
 
-// SAFETY (Sync): every method taking `&self` (wake, stats, metrics,
+// SAFETY (Sync): every method taking `&self` (wake, wait_ready, stats, metrics,
 // is_started) calls only functions the header documents as "any thread,
 // concurrently with everything but destroy"; destroy needs ownership (Drop),
 // and everything else (start, stop, the setters) takes `&mut self`, so the
@@ -553,6 +560,17 @@ impl Sweeper {
     pub fn wake(&self, at: impl WakeInstant) {
         // SAFETY: raw is live for &self; wake is lock-free and any-thread.
         unsafe { sys::queen_sweeper_wake(self.raw, at.unix_ms()) }
+    }
+
+    /// Block until the sweeper is ready: its schema step succeeded (the apply, or
+    /// the version check) and a first probe completed. `Error::Timeout` carries the
+    /// reason it is not ready yet (a failed schema apply, a database it cannot reach);
+    /// `Error::State` means not started, disabled by configuration, or stopped.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
+        // SAFETY: raw is live for &self; wait_ready is any-thread, concurrently with
+        // everything but destroy, which needs ownership.
+        check(unsafe { sys::queen_sweeper_wait_ready(self.raw, ms) })
     }
 
     /// The JSON snapshot (parsing it is the caller's).
