@@ -23,17 +23,26 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 CREATE SEQUENCE IF NOT EXISTS queen.kv_version_seq;
 
 -- Storage settings of queen.kv.
---   fillfactor = 70: not measured (2026-11-29): by analogy with queen.log_partitions.
---     Symptom it addresses there: a row rewritten in place (here: a put over an existing
---     key) needs free space on its page to stay on it. No number observed on this table.
+--   fillfactor = 100 (was 70 by analogy with queen.log_partitions): measured (2026-11-30)
+--     (tests/soak/README.md). Symptom looked for: HOT updates of a put over an existing
+--     key. A put with a ttl rewrites expires_at, a column of kv_shard_expires_idx, so it is
+--     never HOT (0.0 in the soak); only a forever-over-forever put could be. The soak at
+--     ~500 timers/s (KV at half that) for 150 s: 70 -> 7.8 MB, 100 -> 5.7 MB for ~13% fewer
+--     puts (~16% smaller per put). 70 does not win: 100.
 --   autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000,
 --   autovacuum_vacuum_insert_scale_factor = 0.02, autovacuum_vacuum_insert_threshold = 1000,
 --   autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000,
 --   autovacuum_vacuum_cost_delay = 1:
 --     not measured (2026-11-29): by analogy with queen.log_partitions. The prune deletes
 --     continuously, and the usage rollup decides whether to sample from reltuples, which
---     only ANALYZE keeps honest. Autovacuum workers occupied by this table in steady state
---     are NOT measured (sweeper-internals.md, "Numbers on this page that are not measured").
+--     only ANALYZE keeps honest.
+--     Measured 2026-11-30 (tests/soak/README.md; the soak of 002's block, KV puts and reads
+--     at half the timer rate with expiries of 1 s to 2 min). Symptom looked for: autovacuum
+--     workers held by this table against the default autovacuum_max_workers = 3. Observed:
+--     one pass per autovacuum_naptime (60 s), 5.3k dead tuples before it at 93 puts/s, 14k
+--     at 260/s, 25k at 490/s; a worker on this table 0.007, 0.010 and 0.014 of the time on
+--     average, never two at once. The two tables together held under 0.05 of a worker on
+--     average and one at a peak: they do not crowd the log's own vacuums at these rates.
 --   vacuum_truncate = off: not measured (2026-11-29): by analogy with queen.log_partitions.
 --     Truncating the heap's tail takes an ACCESS EXCLUSIVE lock that would stall every
 --     read and write of the table; the price is that the heap never gives pages back, so
@@ -52,7 +61,7 @@ CREATE TABLE IF NOT EXISTS queen.kv (
     shard      smallint GENERATED ALWAYS AS ((hashtextextended(key, 0) & 63)::smallint) STORED,
     PRIMARY KEY (tenant_id, namespace, key)
 ) WITH (
-    fillfactor = 70,
+    fillfactor = 100,
     autovacuum_vacuum_scale_factor = 0.02,
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_insert_scale_factor = 0.02,
@@ -62,6 +71,17 @@ CREATE TABLE IF NOT EXISTS queen.kv (
     autovacuum_vacuum_cost_delay = 1,
     vacuum_truncate = off
 );
+-- A table created while the setting was 70 is moved to 100 once; the check keeps every
+-- later apply lock-free (ALTER TABLE ... SET takes SHARE UPDATE EXCLUSIVE). Pages already
+-- written keep their free space until rewritten.
+DO $apply$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_class c
+                WHERE c.oid = 'queen.kv'::regclass AND 'fillfactor=70' = ANY (c.reloptions)) THEN
+        ALTER TABLE queen.kv SET (fillfactor = 100);
+    END IF;
+END
+$apply$;
 
 -- The one partial index; its only reader is the sweeper's prune.
 DO $apply$

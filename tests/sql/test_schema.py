@@ -91,10 +91,10 @@ def test_log_timers_shape(q):
     secondary = [r["name"] for r in idx if not r["indisprimary"]]
     assert secondary == ["queen.log_timers_shard_visible_idx"]
     opts = q.one("SELECT reloptions FROM pg_class WHERE oid = 'queen.log_timers'::regclass")
-    assert "fillfactor=70" in opts and "vacuum_truncate=off" in opts
+    assert "fillfactor=100" in opts and "vacuum_truncate=off" in opts
     assert any(o.startswith("autovacuum_vacuum_scale_factor=") for o in opts)
     kv_opts = q.one("SELECT reloptions FROM pg_class WHERE oid = 'queen.kv'::regclass")
-    assert "fillfactor=70" in kv_opts and "vacuum_truncate=off" in kv_opts
+    assert "fillfactor=100" in kv_opts and "vacuum_truncate=off" in kv_opts
     kv_idx = q.all("""SELECT pg_get_indexdef(indexrelid) AS d, indisprimary
                         FROM pg_index WHERE indrelid = 'queen.kv'::regclass""")
     partial = [r["d"] for r in kv_idx if not r["indisprimary"]]
