@@ -632,6 +632,54 @@ SELECT s.i,
                 text_param(pg_text_array(row_keys))};
     q.timeout_ms = cfg_.stmt_timeout_ms;
     PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (r.sqlstate == "42501") {
+        // A role holding queen_sweeper only may not read the tables: no check is possible.
+        // The claims still go back at once, token-matched, one parked call at a time. A call
+        // whose rows all come back did not commit; any other stays unknown and unannounced.
+        if (!check_refused_logged_) {
+            log_.warn("the in-doubt check needs to read queen.log_timers and the log (" + r.message +
+                      "); claims of lost calls are handed back, but a fire whose answer was lost cannot be "
+                      "confirmed, so the host is not told of it");
+            check_refused_logged_ = true;
+        }
+        while (!parked_.empty()) {
+            ParkedFire &pf = parked_.front();
+            std::vector<std::string> t, qu, k, tok;
+            for (const ParkedSegment &ps : pf.segments)
+                for (auto &[key, token] : ps.rows) {
+                    t.push_back(ps.tenant);
+                    qu.push_back(ps.queue);
+                    k.push_back(key);
+                    tok.push_back(token);
+                }
+            Query rq;
+            rq.sql = "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
+            rq.params = {text_param(pg_text_array(t)), text_param(pg_text_array(qu)), text_param(pg_text_array(k)),
+                         text_param(pg_text_array(tok))};
+            rq.timeout_ms = cfg_.stmt_timeout_ms;
+            PgResult rr = co_await pool_->query(Lane::maint, std::move(rq));
+            if (!rr.ok || rr.rows() != 1) {
+                note_error("hand-back after reconnecting", rr);
+                co_return;
+            }
+            const int64_t released = std::stoll(rr.get(0, 0));
+            {
+                std::lock_guard<std::mutex> g(stats_.mu);
+                auto &fo = stats_.f.failover;
+                fo.handed_back_total += released;
+                fo.parked_claims -= static_cast<int64_t>(k.size());
+                stats_.f.released_total += released;
+                if (pf.in_doubt && !pf.counted) {
+                    --fo.in_doubt_pending;
+                    ++(released == static_cast<int64_t>(k.size()) ? fo.in_doubt_not_fired_total
+                                                                   : fo.in_doubt_unknown_total);
+                }
+            }
+            for (size_t i = 0; i < k.size(); ++i) held_.erase({t[i], qu[i], k[i]});
+            parked_.erase(parked_.begin());
+        }
+        co_return;
+    }
     if (!r.ok || r.rows() != static_cast<int>(where.size())) {
         if (r.ok) r.message = "the in-doubt check answered " + std::to_string(r.rows()) + " rows";
         note_error("in-doubt check", r);

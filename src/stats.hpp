@@ -88,6 +88,7 @@ struct FailoverFigures {
     int64_t in_doubt_fired_total = 0;    // ... found committed in the log: announced through on_fired
     int64_t in_doubt_not_fired_total = 0;  // ... found not committed: their claims handed back
     int64_t in_doubt_pending = 0;        // ... not resolved yet
+    int64_t in_doubt_unknown_total = 0;  // ... could not be checked (no table privileges): not announced
     int64_t in_doubt_timers_announced_total = 0;
 
     nlohmann::json to_json() const {
@@ -109,6 +110,7 @@ struct FailoverFigures {
                               {"fired_total", in_doubt_fired_total},
                               {"not_fired_total", in_doubt_not_fired_total},
                               {"pending", in_doubt_pending},
+                              {"unknown_total", in_doubt_unknown_total},
                               {"timers_announced_total", in_doubt_timers_announced_total}}}};
     }
 };

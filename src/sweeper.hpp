@@ -205,6 +205,7 @@ private:
     bool identify_pending_ = true;   // learn the server's host:port on the next cycle
     bool awaiting_resume_ = false;   // a loss was seen and no fire has committed since
     bool reconnected_since_loss_ = false;  // the server was found again since the last loss
+    bool check_refused_logged_ = false;    // the in-doubt check lacks table privileges (said once)
 };
 
 int64_t wall_now_ms();

@@ -1,0 +1,27 @@
+"""Helpers of the bouncer suite. The generic ones (scripts, sweepers, reading the log) are
+the failover suite's (tests/failover/failkit.py); this adds what is about the bouncer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+_FAILOVER = Path(__file__).resolve().parents[1] / "failover"
+if str(_FAILOVER) not in sys.path:
+    sys.path.insert(0, str(_FAILOVER))
+
+from failkit import *  # noqa: E402,F401,F403
+from failkit import ROOT  # noqa: E402
+
+
+def admin(bouncer_env, sql):
+    """A console command of the bouncer (SHOW POOLS, SHOW STATS, ...): rows of strings."""
+    out = subprocess.run([str(ROOT / "tests" / "bouncer"), "admin", bouncer_env["QUEEN_BOUNCER_DIR"], sql],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.split("|") for line in out.splitlines() if line]
+
+
+def restart(bouncer_env):
+    subprocess.run([str(ROOT / "tests" / "bouncer"), "restart", bouncer_env["QUEEN_BOUNCER_DIR"]],
+                   check=True, capture_output=True)

@@ -1,0 +1,46 @@
+"""Fixtures of the bouncer suite: a transaction-pooling PgBouncer (tests/bouncer) in front
+of the suite's PostgreSQL (QUEEN_TEST_CONNINFO), with a server pool of 4: smaller than the
+sweepers' connections, so clients queue in the bouncer as they would in production."""
+
+import os
+import re
+import tempfile
+
+import pytest
+
+from bouncerkit import ROOT, Queen, connect, make_sweeper, sh, wait_schema, assert_clean_stop
+
+POOL = 4
+
+
+@pytest.fixture(scope="session")
+def direct_conninfo():
+    value = os.environ.get("QUEEN_TEST_CONNINFO")
+    if not value:
+        pytest.fail("QUEEN_TEST_CONNINFO is not set: start a throwaway database with "
+                    "`eval \"$(tests/pg start $(mktemp -d /tmp/pg.XXXX))\"` (these tests never skip)",
+                    pytrace=False)
+    return value
+
+
+@pytest.fixture(scope="session")
+def bouncer(direct_conninfo):
+    port = re.search(r"port=(\d+)", direct_conninfo).group(1)
+    d = tempfile.mkdtemp(prefix="queen-bouncer-")
+    try:
+        env = sh(ROOT / "tests" / "bouncer", "start", d, port, POOL)
+        env["POOL"] = POOL
+        # The schema, applied once through the bouncer the way a broker would.
+        h = make_sweeper(env["QUEEN_BOUNCER_CONNINFO"], "bouncer-schema")
+        h.start()
+        q = Queen(connect(direct_conninfo))
+        try:
+            wait_schema(q)
+            from bouncerkit import wait_for
+            wait_for(lambda: h.stats()["cycles_total"] >= 1, 30, 0.02, "the first cycle through the bouncer")
+        finally:
+            assert_clean_stop(h)
+            q.conn.close()
+        yield env
+    finally:
+        sh(ROOT / "tests" / "bouncer", "stop", d)
