@@ -189,7 +189,15 @@ typedef struct queen_sweeper_segment queen_sweeper_segment;
  *   prefix (sweeper_min_sleep_ms, kv_expire_batch, ...) plus conninfo,
  *   broker_id, pool_size, apply_schema, read_env, log_level and the lane slot
  *   counts. Precedence: JSON, then QUEEN_* environment (unless read_env is
- *   false), then defaults.
+ *   false), then defaults. "log_stderr" (default true): while no log callback
+ *   is set, warnings and errors are written to stderr, one line each.
+ *   Unknown variables are warned about here (while read_env is true), and
+ *   listed in the stats as "config_warnings": every QUEEN_SWEEPER_* name that
+ *   is not a knob (except QUEEN_SWEEPER_LIBRARY, _LIB_DIR and _BUILD_DIR, read
+ *   by the bindings), and any other QUEEN_* name within two edits of a knob's
+ *   variable; QUEEN_EPHEMERAL_* and QUEEN_TEST_* are never reported. At create
+ *   no callback can be set yet: they reach stderr, and a callback set before
+ *   start receives them again at start.
  * out: receives the new handle, owned by the caller until
  *   queen_sweeper_destroy(); set to NULL on failure.
  *
@@ -204,7 +212,8 @@ QUEEN_SWEEPER_API int queen_sweeper_create(const char *config_json, queen_sweepe
 
 /**
  * Set the log callback (before start). NULL fn removes it. Messages below the
- * configured log_level are not delivered.
+ * configured log_level are not delivered. Without a callback, warnings and
+ * errors go to stderr unless "log_stderr" is false.
  *
  * Returns: OK; EINVAL if sw is NULL; ESTATE after start.
  * Thread safety: not concurrently with other calls on the same sweeper.
@@ -322,7 +331,11 @@ QUEEN_SWEEPER_API int64_t queen_sweeper_stats(queen_sweeper *sw, char *buf, size
 
 /**
  * The same figures as Prometheus text exposition, with the same snprintf
- * semantics and return values as queen_sweeper_stats().
+ * semantics and return values as queen_sweeper_stats(). Names start with
+ * queen_sweeper_, are in base units (_seconds, _bytes), counters end in
+ * _total; queen_sweeper_healthy (0/1), queen_sweeper_ready and
+ * queen_sweeper_errors_total{phase,class} are the ones to alert on;
+ * queen_sweeper_build_info{version,abi} names the library.
  *
  * Thread safety: any thread, concurrently with everything but destroy.
  * Since: 1.0
