@@ -22,6 +22,14 @@
  *   - No C++ exception and no abort() ever crosses this boundary because of a
  *     bad argument.
  *   - Whatever the library allocates, the library frees.
+ *   - Re-entrancy: from inside any of the library's callbacks (the log callback,
+ *     on_fired, a backstop provider's sweep or attach_waker), the lifecycle calls
+ *     (set_*_callback, set_backstop, start, stop, wait_ready) return
+ *     QUEEN_SWEEPER_ESTATE at once with last_error saying why, and destroy is
+ *     ignored (leaving *sw as it was): they would otherwise wait for the thread
+ *     that is running the callback. wake, stats, metrics, last_error and the
+ *     codec functions are safe there. Never deadlocks, never blocks.
+ *   - wake accepts every int64: instants before the epoch mean "due now".
  */
 #ifndef QUEEN_SWEEPER_H
 #define QUEEN_SWEEPER_H
@@ -267,9 +275,11 @@ QUEEN_SWEEPER_API int queen_sweeper_start(queen_sweeper *sw);
  * timeout_ms: upper bound for the graceful part; past it in-flight queries
  *   are cancelled and connections closed without releasing claims.
  * Returns: OK; EINVAL if sw is NULL; ETIMEDOUT if the graceful part did not
- *   finish in time (the sweeper is still fully stopped and joined).
- * Thread safety: any thread except the sweeper's own callbacks; concurrent
- *   stops are serialised.
+ *   finish in time (the sweeper is still fully stopped and joined; the call
+ *   returns within timeout_ms + 1 s whatever the server does, a frozen server
+ *   included); ESTATE if called from inside one of the library's callbacks.
+ * Thread safety: any thread except the sweeper's own callbacks (ESTATE there);
+ *   concurrent stops are serialised.
  * Since: 1.0
  */
 QUEEN_SWEEPER_API int queen_sweeper_stop(queen_sweeper *sw, uint32_t timeout_ms);
@@ -279,6 +289,7 @@ QUEEN_SWEEPER_API int queen_sweeper_stop(queen_sweeper *sw, uint32_t timeout_ms)
  * *sw to NULL. NULL and a pointer to NULL are accepted and do nothing.
  *
  * Thread safety: no other call on the same sweeper may run concurrently.
+ *   From inside one of the library's callbacks the call is ignored.
  * Since: 1.0
  */
 QUEEN_SWEEPER_API void queen_sweeper_destroy(queen_sweeper **sw);

@@ -6,6 +6,7 @@
 
 #include "config.hpp"
 #include "last_error.hpp"
+#include "reentry.hpp"
 #include "queen_sweeper.h"
 #include "sweeper.hpp"
 
@@ -32,6 +33,15 @@ template <class F> int guarded(const char *fn, F &&f) {
         set_last_error(std::string(fn) + ": internal error");
         return QUEEN_SWEEPER_EINTERNAL;
     }
+}
+
+// The lifecycle calls refuse from inside a host callback: they would wait for the very
+// thread that is calling them (the loop) or for a lock it holds (start's).
+int from_callback(const char *fn) {
+    set_last_error(std::string(fn) +
+                   ": called from inside a queen_sweeper callback (on_log, on_fired or the backstop); "
+                   "lifecycle calls must come from a host thread");
+    return QUEEN_SWEEPER_ESTATE;
 }
 
 int null_handle(const char *fn) {
@@ -80,31 +90,42 @@ QUEEN_SWEEPER_API int queen_sweeper_create(const char *config_json, queen_sweepe
 
 QUEEN_SWEEPER_API int queen_sweeper_set_log_callback(queen_sweeper *sw, queen_sweeper_log_fn fn, void *user) {
     if (!sw) return null_handle("queen_sweeper_set_log_callback");
+    if (qsw::in_host_callback()) return from_callback("queen_sweeper_set_log_callback");
     return guarded("queen_sweeper_set_log_callback", [&] { return sw->impl.set_log_callback(fn, user); });
 }
 
 QUEEN_SWEEPER_API int queen_sweeper_set_fired_callback(queen_sweeper *sw, queen_sweeper_fired_fn fn, void *user) {
     if (!sw) return null_handle("queen_sweeper_set_fired_callback");
+    if (qsw::in_host_callback()) return from_callback("queen_sweeper_set_fired_callback");
     return guarded("queen_sweeper_set_fired_callback", [&] { return sw->impl.set_fired_callback(fn, user); });
 }
 
 QUEEN_SWEEPER_API int queen_sweeper_set_backstop(queen_sweeper *sw, const queen_sweeper_backstop *provider) {
     if (!sw) return null_handle("queen_sweeper_set_backstop");
+    if (qsw::in_host_callback()) return from_callback("queen_sweeper_set_backstop");
     return guarded("queen_sweeper_set_backstop", [&] { return sw->impl.set_backstop(provider); });
 }
 
 QUEEN_SWEEPER_API int queen_sweeper_start(queen_sweeper *sw) {
     if (!sw) return null_handle("queen_sweeper_start");
+    if (qsw::in_host_callback()) return from_callback("queen_sweeper_start");
     return guarded("queen_sweeper_start", [&] { return sw->impl.start(); });
 }
 
 QUEEN_SWEEPER_API int queen_sweeper_stop(queen_sweeper *sw, uint32_t timeout_ms) {
     if (!sw) return null_handle("queen_sweeper_stop");
+    if (qsw::in_host_callback()) return from_callback("queen_sweeper_stop");
     return guarded("queen_sweeper_stop", [&] { return sw->impl.stop(timeout_ms); });
 }
 
 QUEEN_SWEEPER_API void queen_sweeper_destroy(queen_sweeper **sw) {
     if (!sw || !*sw) return;
+    if (qsw::in_host_callback()) {
+        // Destroying the sweeper whose loop is running this callback cannot be done from
+        // here; the call is ignored and *sw left as it is (documented in the header).
+        from_callback("queen_sweeper_destroy");
+        return;
+    }
     try {
         (*sw)->impl.stop(5000);
     } catch (...) {
@@ -153,6 +174,7 @@ QUEEN_SWEEPER_API int64_t queen_sweeper_metrics(queen_sweeper *sw, char *buf, si
 
 QUEEN_SWEEPER_API int queen_sweeper_wait_ready(queen_sweeper *sw, uint32_t timeout_ms) {
     if (!sw) return null_handle("queen_sweeper_wait_ready");
+    if (qsw::in_host_callback()) return from_callback("queen_sweeper_wait_ready");
     return guarded("queen_sweeper_wait_ready", [&] { return sw->impl.wait_ready(timeout_ms); });
 }
 

@@ -56,7 +56,27 @@ struct Config {
 // that names the key (or environment variable) and what was wrong.
 bool parse_config(const char *json_text, Config &out, std::string &error);
 
-// conninfo with password=... (keyword form) or :password@ (URI form) masked.
+// conninfo with every password masked as *****, in both forms libpq accepts: keyword=value
+// (quoted, backslash-escaped; password and sslpassword) and postgresql:// or postgres://
+// URIs (user:password@, ?password= and ?sslpassword=, percent-encoded names included).
+// When libpq would refuse the string, everything after "password" is masked too. A
+// linear scan: any length is safe on any thread stack.
 std::string mask_conninfo(const std::string &conninfo);
+
+// `text` (a libpq error message, a log line) with the secrets of `conninfo` removed: every
+// occurrence of conninfo itself is replaced by its masked form (libpq quotes a malformed
+// URI whole), every password value parsed from it (as written and as libpq decodes it, when
+// 3 bytes or longer) by *****, and whatever still looks like password=... or user:pass@ in
+// the text is masked. Every message from libpq goes through this before it is stored.
+std::string redact_secrets(const std::string &text, const std::string &conninfo);
+
+// The secret values libpq would read from conninfo (keyword "password" or "sslpassword",
+// value unquoted, unescaped, percent-decoded), in the order written. Returns false when
+// libpq's parser would refuse the string's syntax.
+struct ConninfoSecret {
+    std::string keyword;
+    std::string value;
+};
+bool conninfo_secrets(const std::string &conninfo, std::vector<ConninfoSecret> &out);
 
 }  // namespace qsw

@@ -193,6 +193,7 @@ Task<bool> Sweeper::apply_schema() {
 }
 
 Task<int64_t> Sweeper::cycle() {
+    if (g_test_fail_next_cycle.exchange(false)) throw std::runtime_error("injected internal error (test seam)");
     ++cycle_no_;
     // Re-arm the wake: from here on, any locally committed instant rings again.
     wake_hint_.store(INT64_MAX);

@@ -86,6 +86,10 @@ Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult
         }
         acc.claimed += got;
         std::vector<ClaimedTimer> rows(static_cast<size_t>(got));
+        // Every decode is checked: a value that does not read back as written (a session
+        // setting the pin missed, a server that answers differently) must never become an
+        // empty payload fired without a word, nor an exception that ends the loop.
+        std::string undecodable;
         for (int i = 0; i < got; ++i) {
             ClaimedTimer &t = rows[static_cast<size_t>(i)];
             t.tenant = r.get(i, 0);
@@ -93,18 +97,35 @@ Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult
             t.timer_key = r.get(i, 2);
             t.partition = r.get(i, 3);
             t.txn = r.get(i, 4);
-            parse_uuid(r.get(i, 5), t.message_id);
-            pg_bytea_from_text(r.get(i, 6), t.payload);
+            t.claim_token = r.get(i, 10);
+            held_[{t.tenant, t.queue, t.timer_key}] = t.claim_token;
+            int64_t late = 0, attempts = 0;
+            if (!parse_uuid(r.get(i, 5), t.message_id)) undecodable = "message_id";
+            else if (!pg_bytea_from_text(r.get(i, 6), t.payload)) undecodable = "payload (bytea)";
+            else if (!parse_i64(r.get(i, 11), t.deliver_at_ms)) undecodable = "deliver_at_ms";
+            else if (!parse_i64(r.get(i, 12), late)) undecodable = "late_ms";
+            else if (!parse_i64(r.get(i, 13), attempts)) undecodable = "attempts";
             t.payload_zstd = r.get(i, 7) == "t";
             t.encrypted = r.get(i, 8) == "t";
             if (!r.is_null(i, 9)) t.producer_sub = r.get(i, 9);
-            t.claim_token = r.get(i, 10);
-            t.deliver_at_ms = std::stoll(r.get(i, 11));
             // Lateness at fire time = lateness at claim + time spent since the claim,
             // measured on the loop's monotonic clock, so no two clocks are compared.
-            t.late_ms = std::stoll(r.get(i, 12)) - static_cast<int64_t>(claimed_at);
-            t.attempts = std::stoi(r.get(i, 13));
-            held_[{t.tenant, t.queue, t.timer_key}] = t.claim_token;
+            t.late_ms = late - static_cast<int64_t>(claimed_at);
+            t.attempts = static_cast<int>(attempts);
+        }
+        if (!undecodable.empty()) {
+            // Not the timers' fault: hand the whole claim back (no attempt spent) and back off.
+            std::vector<size_t> all(rows.size());
+            for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+            co_await release_rows(rows, all, static_cast<int64_t>(all.size()));
+            for (auto &t : rows) held_.erase({t.tenant, t.queue, t.timer_key});
+            PgResult bad;
+            bad.message = "the claim's answer has an unreadable " + undecodable +
+                          " column; the claim was handed back untouched";
+            log_.error(bad.message);
+            acc.failed = true;
+            cycle_failed("claim", bad);
+            co_return;
         }
         r = PgResult{};  // the claim's result can be large: free it before packing
         PackResult packed = pack_timers(rows, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
@@ -116,14 +137,44 @@ Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult
                 stats_.f.rejected_total += static_cast<int64_t>(which.size());
             }
             log_.warn(std::to_string(which.size()) + " claimed timer(s) cannot be framed (" +
-                      packed.rejected.front().second + "); failing them as permanent");
-            co_await fail_rows(rows, which, "cannot be framed: " + packed.rejected.front().second, "permanent");
+                      packed.rejected.front().second + (which.size() > 1 ? ", ..." : "") +
+                      "); failing them as permanent, each with its own reason");
+            // Each timer fails with its own reason: one fail call per distinct reason.
+            std::map<std::string, std::vector<size_t>> by_reason;
+            for (auto &[idx, reason] : packed.rejected) by_reason[reason].push_back(idx);
+            for (auto &[reason, idxs] : by_reason) co_await fail_rows(rows, idxs, "cannot be framed: " + reason, "permanent");
+        }
+        if (!packed.deferred.empty()) {
+            // Over this call's inflation budget: handed back untouched, taken first next time.
+            co_await release_rows(rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()));
+            for (size_t idx : packed.deferred) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+            std::lock_guard<std::mutex> g(stats_.mu);
+            stats_.f.inflate_deferred_total += static_cast<int64_t>(packed.deferred.size());
         }
         for (auto &batch : packed.batches) {
             // A requested stop finishes the transaction in flight and fires nothing
             // more: the rest of the claim stays in held_ and is handed back at once.
             if (stopping_.load()) co_return;
             co_await fire_batch(rows, batch, false, false);
+            if (fire_config_failed_) break;
+        }
+        if (fire_config_failed_) {
+            // The rest of this claim goes back too, untouched; the cycle backs off.
+            fire_config_failed_ = false;
+            std::vector<size_t> still;
+            for (size_t i = 0; i < rows.size(); ++i)
+                if (held_.count({rows[i].tenant, rows[i].queue, rows[i].timer_key})) still.push_back(i);
+            if (!still.empty()) {
+                co_await release_rows(rows, still, static_cast<int64_t>(still.size()));
+                for (size_t idx : still) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+            }
+            log_.error("fire refused by the database (configuration, SQLSTATE " + fire_config_error_.sqlstate +
+                       "): " + fire_config_error_.message +
+                       "; no timer spends an attempt on it, the claims were handed back, the fire backs off "
+                       "until the privilege or schema is fixed");
+            acc.failed = true;
+            cycle_failed("fire", fire_config_error_);
+            co_return;
         }
         acc.moved += got;
         if (got < want) co_return;  // nothing more is due for us right now
@@ -252,6 +303,7 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
             for (auto &n : fired_notes) {
                 const PackedSegment &seg = batch.segments[n.seg];
                 try {
+                    CallbackScope in_callback;
                     fired_fn_(fired_user_, seg.tenant.c_str(), seg.queue.c_str(), seg.partition.c_str(), seg.count,
                               n.base);
                 } catch (...) {
@@ -275,6 +327,20 @@ Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch
         if (cls == ErrorClass::transient) ++f.fire_failures_transient;
         else if (cls == ErrorClass::config) ++f.fire_failures_config;
         else ++f.fire_failures_permanent;
+    }
+    if (cls == ErrorClass::config && !hard_stop_.load()) {
+        // A privilege or schema mistake (class 42: a REVOKE, a dropped table) is never one
+        // timer's fault: replaying them one by one would only spend every timer's attempts
+        // and dead-letter them all within seconds. Hand the claims back token-matched
+        // (no attempt spent), stop this drain, back off, and say so loudly.
+        std::vector<size_t> all;
+        for (auto &seg : batch.segments)
+            for (size_t idx : seg.rows) all.push_back(idx);
+        fire_config_error_ = r;
+        fire_config_failed_ = true;
+        co_await release_rows(rows, all, static_cast<int64_t>(all.size()));
+        for (size_t idx : all) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+        co_return;
     }
     note_error("fire", r);
     log_.warn(std::string("fire of ") + std::to_string(total_rows) + " timer(s) in " +
@@ -444,6 +510,7 @@ Task<void> Sweeper::release_held() {
     }
     log_.info("released " + std::to_string(n) + " claim(s) at stop");
 }
+
 
 // ---------------------------------------------------------------------------------------
 // Failover: what a lost connection leaves behind
@@ -722,6 +789,7 @@ SELECT s.i,
                 ++fired_segs;
                 if (fired_fn_) {
                     try {
+                        CallbackScope in_callback;
                         fired_fn_(fired_user_, ps.tenant.c_str(), ps.queue.c_str(), ps.partition.c_str(),
                                   static_cast<uint32_t>(ps.count), seen[s].base);
                     } catch (...) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "queen_sweeper.h"
+#include "reentry.hpp"
 
 namespace qsw {
 
@@ -30,7 +31,10 @@ public:
     void log(int level, const std::string &msg) {
         if (!enabled(level)) return;
         std::lock_guard<std::mutex> g(mu_);
-        if (fn_) fn_(user_, level, msg.c_str());
+        if (fn_) {
+            CallbackScope in_callback;
+            fn_(user_, level, msg.c_str());
+        }
         else if (level <= QUEEN_SWEEPER_LOG_WARN && stderr_.load())
             // One write per line, so lines of concurrent sweepers do not interleave.
             std::fprintf(stderr, "queen_sweeper %s: %s\n", level == QUEEN_SWEEPER_LOG_ERROR ? "error" : "warning",

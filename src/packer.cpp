@@ -31,8 +31,8 @@ FrameView view_of(const ClaimedTimer &t, std::string_view payload) {
 
 class Packer {
 public:
-    Packer(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes)
-        : rows_(rows), max_(max_fire_bytes), inflated_(rows.size()) {}
+    Packer(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes, size_t inflate_budget)
+        : rows_(rows), max_(max_fire_bytes), inflate_left_(inflate_budget), inflated_(rows.size()) {}
 
     PackResult run() {
         std::vector<Framed> framed = frame_rows();
@@ -53,13 +53,26 @@ private:
             // The segment is compressed as a whole and a frame has no zstd flag, so a payload
             // stored compressed goes into the frame as its plain bytes.
             if (t.payload_zstd) {
-                std::string error;
-                if (!zstd_decompress(reinterpret_cast<const uint8_t *>(t.payload.data()),
-                                     t.payload.size(), inflated_[i], error)) {
-                    result_.rejected.emplace_back(i, "payload_zstd payload does not decompress: " +
-                                                         error);
+                // Never more than the payload limit per row and the budget per call: a row
+                // that would pass the budget waits for a later claim (deferred), one that
+                // inflates past the limit is refused on its own. What the table holds can
+                // then never decide how much memory a sweeper takes.
+                if (inflate_left_ < kMaxPayloadBytes && inflated_any_) {
+                    result_.deferred.push_back(i);
                     continue;
                 }
+                std::string error;
+                if (!zstd_decompress(reinterpret_cast<const uint8_t *>(t.payload.data()),
+                                     t.payload.size(), inflated_[i], error, kMaxPayloadBytes)) {
+                    inflated_[i].clear();
+                    inflated_[i].shrink_to_fit();
+                    result_.rejected.emplace_back(i, "payload_zstd payload does not inflate within the " +
+                                                         std::to_string(kMaxPayloadBytes) +
+                                                         "-byte payload limit: " + error);
+                    continue;
+                }
+                inflated_any_ = true;
+                inflate_left_ -= std::min(inflate_left_, inflated_[i].size());
                 payload = inflated_[i];
             }
             try {
@@ -167,6 +180,8 @@ private:
 
     const std::vector<ClaimedTimer> &rows_;
     const size_t max_;
+    size_t inflate_left_;
+    bool inflated_any_ = false;  // the first zstd row always inflates: progress is guaranteed
     // Decompressed payload_zstd payloads, by row; sized once so views into it stay valid.
     std::vector<std::string> inflated_;
     std::vector<PackedSegment> segments_;
@@ -175,8 +190,17 @@ private:
 
 }  // namespace
 
+size_t inflate_budget(size_t max_fire_bytes) {
+    const size_t lo = size_t{4} << 20, hi = size_t{64} << 20;
+    return std::clamp(max_fire_bytes > hi ? hi : 2 * max_fire_bytes, lo, hi);
+}
+
+PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes, size_t budget) {
+    return Packer(rows, max_fire_bytes, budget).run();
+}
+
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes) {
-    return Packer(rows, max_fire_bytes).run();
+    return Packer(rows, max_fire_bytes, inflate_budget(max_fire_bytes)).run();
 }
 
 }  // namespace qsw

@@ -55,7 +55,19 @@ struct PackResult {
     // that does not decompress, a txn or producer sub over 65535 bytes). The caller fails
     // them as permanent; every other row is in exactly one segment.
     std::vector<std::pair<size_t, std::string>> rejected;
+    // payload_zstd rows left out because inflating them would pass the call's inflation
+    // budget. They are sound: the caller hands them back (token-matched, no attempt spent)
+    // and a later claim takes them first, so RSS stays bounded whatever the table holds.
+    std::vector<size_t> deferred;
 };
+
+// The largest payload a frame may carry once inflated: the limit log_timers_apply_v1
+// enforces on payloads (1 MiB). A payload_zstd payload inflating past it is refused by the
+// packer with its own reason, without ever inflating more than this.
+inline constexpr size_t kMaxPayloadBytes = size_t{1} << 20;
+
+// How much one pack_timers call may inflate in all: twice the byte cap, within [4, 64] MiB.
+size_t inflate_budget(size_t max_fire_bytes);
 
 // Packs claimed rows into fire batches.
 //
@@ -71,5 +83,6 @@ struct PackResult {
 //
 // Throws std::bad_alloc (and std::runtime_error if zstd itself fails).
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes);
+PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes, size_t inflate_budget);
 
 }  // namespace qsw

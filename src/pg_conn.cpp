@@ -1,5 +1,7 @@
 #include "pg_conn.hpp"
 
+#include "config.hpp"
+
 #include <cmath>
 #include <cstring>
 
@@ -8,37 +10,6 @@ namespace {
 
 void delete_poll(uv_handle_t *h) { delete reinterpret_cast<uv_poll_t *>(h); }
 void delete_timer(uv_handle_t *h) { delete reinterpret_cast<uv_timer_t *>(h); }
-
-// PQcancel opens a connection of its own and blocks, so it runs on libuv's
-// worker pool rather than on the loop thread.
-struct CancelWork {
-    uv_work_t req;
-    PGcancel *cancel;
-};
-
-void queue_server_cancel(uv_loop_t *loop, PGconn *pg) {
-    PGcancel *c = PQgetCancel(pg);
-    if (!c) return;
-    auto *w = new CancelWork{};
-    w->cancel = c;
-    w->req.data = w;
-    int rc = uv_queue_work(
-        loop, &w->req,
-        [](uv_work_t *req) {
-            auto *cw = static_cast<CancelWork *>(req->data);
-            char err[256];
-            PQcancel(cw->cancel, err, sizeof err);
-        },
-        [](uv_work_t *req, int) {
-            auto *cw = static_cast<CancelWork *>(req->data);
-            PQfreeCancel(cw->cancel);
-            delete cw;
-        });
-    if (rc != 0) {
-        PQfreeCancel(c);
-        delete w;
-    }
-}
 
 std::string trim_msg(const char *m) {
     std::string s = m ? m : "";
@@ -61,8 +32,8 @@ const char *conn_state_name(PgConn::State s) {
 }
 
 PgConn::PgConn(uv_loop_t *loop, int id, std::string conninfo, int64_t connect_timeout_ms, int64_t stmt_timeout_ms,
-               Hooks hooks)
-    : loop_(loop), id_(id), conninfo_(std::move(conninfo)), connect_timeout_ms_(connect_timeout_ms),
+               Hooks hooks, Canceller *canceller)
+    : loop_(loop), canceller_(canceller), id_(id), conninfo_(std::move(conninfo)), connect_timeout_ms_(connect_timeout_ms),
       stmt_timeout_ms_(stmt_timeout_ms), hooks_(std::move(hooks)) {
     timer_ = new uv_timer_t;
     uv_timer_init(loop_, timer_);
@@ -86,9 +57,12 @@ void PgConn::connect() {
     if (state_ == State::closed) return;
     uv_timer_stop(timer_);
     std::string timeout_s = std::to_string(std::max<int64_t>(1, (connect_timeout_ms_ + 999) / 1000));
-    const char *keys[] = {"dbname", "fallback_application_name", "connect_timeout", nullptr};
+    // client_encoding travels in the startup packet, after dbname so it overrides the
+    // conninfo's own: it outranks ALTER ROLE/DATABASE ... SET, and PgBouncer tracks it per
+    // client. Every other setting is pinned per transaction (pinned_settings_sql).
+    const char *keys[] = {"dbname", "fallback_application_name", "connect_timeout", "client_encoding", nullptr};
     const char *vals[] = {conninfo_.empty() ? nullptr : conninfo_.c_str(), "queen-sweeper", timeout_s.c_str(),
-                          nullptr};
+                          "UTF8", nullptr};
     pg_ = PQconnectStartParams(keys, vals, 1);
     if (!pg_) {
         broken("cannot allocate a connection", false);
@@ -170,7 +144,14 @@ void PgConn::on_poll(int status, int events) {
 }
 
 void PgConn::continue_connect() {
-    switch (PQconnectPoll(pg_)) {
+    const PostgresPollingStatusType st = PQconnectPoll(pg_);
+    // While connecting, libpq may close its socket and open another (the next host of a
+    // multi-host conninfo, the next address of a name, SSL refused and retried plain).
+    // The new socket usually gets the same descriptor number, so comparing numbers is not
+    // enough: the old registration died with the old socket and epoll would never report
+    // the new one. A fresh poll handle for every step costs nothing next to a connect.
+    if (st != PGRES_POLLING_OK) stop_poll();
+    switch (st) {
     case PGRES_POLLING_FAILED:
         broken(trim_msg(PQerrorMessage(pg_)), false);
         return;
@@ -185,25 +166,8 @@ void PgConn::continue_connect() {
         timer_role_ = TimerRole::none;
         PQsetnonblocking(pg_, 1);
         backend_pid_ = PQbackendPID(pg_);
-        // The server-side statement_timeout sits above our own deadline as a
-        // second line; client_connection_check_interval (PostgreSQL 14+) makes a
-        // backend whose client vanished stop promptly instead of finishing.
-        Query setup;
-        setup.sql = "SELECT set_config('statement_timeout', $1, false), "
-                    "(SELECT set_config(name, '1000', false) FROM pg_settings "
-                    " WHERE name = 'client_connection_check_interval')";
-        setup.params.push_back(QueryParam{std::to_string(stmt_timeout_ms_ + 1000)});
-        setup.timeout_ms = connect_timeout_ms_;
-        state_ = State::idle;  // run() requires idle
-        run(std::move(setup), [this](PgResult r) {
-            if (!r.ok) {
-                // A broken connection already went down; only a refused setup lands here idle.
-                if (state_ == State::idle) broken("session setup failed: " + r.message, false);
-                return;
-            }
-            if (hooks_.on_ready) hooks_.on_ready(*this);
-        });
-        state_ = state_ == State::busy ? State::setup : state_;
+        server_version_ = PQserverVersion(pg_);
+        begin_setup();
         return;
     }
     default:
@@ -212,13 +176,118 @@ void PgConn::continue_connect() {
     }
 }
 
+std::string pinned_settings_sql(int64_t stmt_timeout_ms, int server_version) {
+    // Each value is what the plugin's SQL and its decoders assume. A role or database
+    // default (ALTER ROLE ... SET bytea_output = 'escape', DateStyle, a lock_timeout of
+    // 1 ms, a hostile search_path) would otherwise change what the fire reads or make it
+    // fail for reasons no timer owns. set_config(..., true) is SET LOCAL: it ends with the
+    // transaction, so nothing outlives the call on a pooled server session.
+    std::vector<std::pair<const char *, std::string>> pins = {
+        {"search_path", "pg_catalog, queen, pg_temp"},
+        {"bytea_output", "hex"},
+        {"DateStyle", "ISO, MDY"},
+        {"IntervalStyle", "postgres"},
+        {"TimeZone", "UTC"},
+        {"extra_float_digits", "3"},
+        {"standard_conforming_strings", "on"},
+        {"lock_timeout", "0"},
+        {"idle_in_transaction_session_timeout", "0"},
+        {"row_security", "on"},
+        // The server-side second line behind the client deadline: a call the client
+        // gave up on stops on the server too, even if the cancel is lost.
+        {"statement_timeout", std::to_string(stmt_timeout_ms + 1000)},
+    };
+    // PostgreSQL 14+: a backend whose client vanished stops promptly instead of finishing.
+    if (server_version >= 140000) pins.push_back({"client_connection_check_interval", "1000"});
+    std::string sql = "SELECT ";
+    for (size_t i = 0; i < pins.size(); ++i) {
+        if (i) sql += ", ";
+        sql += "pg_catalog.set_config('";
+        sql += pins[i].first;
+        sql += "', '";
+        sql += pins[i].second;
+        sql += "', true)";
+    }
+    return sql;
+}
+
+std::string PgConn::pin_sql() const { return pinned_settings_sql(stmt_timeout_ms_, server_version_); }
+
+void PgConn::begin_setup() {
+    // The startup packet asked for UTF8; a server or bouncer that answered otherwise would
+    // change every txn's bytes (and so the dedup identity): refuse the session.
+    const char *enc = PQparameterStatus(pg_, "client_encoding");
+    if (!enc || std::string(enc) != "UTF8") {
+        in_setup_ = true;
+        broken(std::string("session setup failed: client_encoding is ") + (enc ? enc : "unknown") +
+                   ", the sweeper needs UTF8",
+               false);
+        in_setup_ = false;
+        return;
+    }
+    // One pinned round trip proves the session can do what every call does: open a
+    // read-write transaction (a standby or a demoted primary refuses here, 25006) and take
+    // the pinned settings (a role statement_timeout too short for even that fails here).
+    Query setup;
+    setup.sql = "SELECT pg_catalog.pg_is_in_recovery()";
+    setup.timeout_ms = connect_timeout_ms_;
+    in_setup_ = true;
+    state_ = State::idle;  // run() requires idle
+    run(std::move(setup), [this](PgResult r) {
+        in_setup_ = false;
+        if (!r.ok) {
+            // A broken connection already went down; only a refused setup lands here idle.
+            if (state_ == State::idle) {
+                in_setup_ = true;
+                broken("session setup failed" + (r.sqlstate.empty() ? "" : " (SQLSTATE " + r.sqlstate + ")") + ": " +
+                           r.message,
+                       false);
+                in_setup_ = false;
+            }
+            return;
+        }
+        if (hooks_.on_ready) hooks_.on_ready(*this);
+    });
+    if (state_ == State::busy) state_ = State::setup;
+}
+
 void PgConn::run(Query q, QueryCallback cb) {
     cb_ = std::move(cb);
     pending_ = PgResult{};
     state_ = State::busy;
     int sent;
+    pipeline_ = false;
+    pipe_index_ = 0;
     if (q.simple) {
-        sent = PQsendQuery(pg_, q.sql.c_str());
+        // Several statements in one simple query run as one transaction; the pin opens it.
+        sent = q.pinned ? PQsendQuery(pg_, (std::string(kPinnedBegin) + ";\n" + pin_sql() + ";\n" + q.sql +
+                                            "\n;\nCOMMIT")
+                                               .c_str())
+                        : PQsendQuery(pg_, q.sql.c_str());
+    } else if (q.pinned) {
+        // One round trip: BEGIN, the pinned settings, the statement, COMMIT, Sync. A failure
+        // anywhere aborts the rest and the Sync rolls the transaction back.
+        std::vector<const char *> values(q.params.size());
+        std::vector<int> lengths(q.params.size()), formats(q.params.size());
+        std::vector<Oid> types(q.params.size());
+        for (size_t i = 0; i < q.params.size(); ++i) {
+            values[i] = q.params[i].is_null ? nullptr : q.params[i].value.data();
+            lengths[i] = static_cast<int>(q.params[i].value.size());
+            formats[i] = q.params[i].binary ? 1 : 0;
+            types[i] = q.params[i].type;
+        }
+        const std::string pin = pin_sql();
+        sent = PQenterPipelineMode(pg_) && PQsendQueryParams(pg_, kPinnedBegin, 0, nullptr, nullptr, nullptr, nullptr, 0) &&
+               PQsendQueryParams(pg_, pin.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) &&
+               PQsendQueryParams(pg_, q.sql.c_str(), static_cast<int>(q.params.size()), types.data(), values.data(),
+                                 lengths.data(), formats.data(), 0) &&
+               PQsendQueryParams(pg_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) && PQpipelineSync(pg_) &&
+               // A Sync does not end an explicit transaction block: after a failure the
+               // session would sit in an aborted transaction. A ROLLBACK after the Sync runs
+               // either way (a no-op warning after a COMMIT), still in this round trip.
+               PQsendQueryParams(pg_, "ROLLBACK", 0, nullptr, nullptr, nullptr, nullptr, 0) && PQpipelineSync(pg_);
+        pipeline_ = true;
+        syncs_left_ = 2;
     } else {
         std::vector<const char *> values(q.params.size());
         std::vector<int> lengths(q.params.size()), formats(q.params.size());
@@ -267,12 +336,34 @@ void PgConn::drive_query(int events) {
     while (!PQisBusy(pg_)) {
         PGresult *r = PQgetResult(pg_);
         if (!r) {
+            if (pipeline_) {
+                ++pipe_index_;  // end of one pipelined statement's results
+                continue;
+            }
             finish_call(std::move(pending_));
             return;
         }
         ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            if (--syncs_left_ > 0) continue;
+            PQexitPipelineMode(pg_);
+            pipeline_ = false;
+            if (pending_.message.empty() && !pending_.ok) {
+                pending_.message = "the statement returned no result";
+            }
+            finish_call(std::move(pending_));
+            return;
+        }
+        // In a pinned pipeline only the statement's own result is the answer (index 2);
+        // BEGIN, the pin and COMMIT only count when they fail.
+        const bool answer = !pipeline_ || pipe_index_ == 2;
+        if (pipeline_ && pipe_index_ > 3) {  // the trailing ROLLBACK: never the answer, never an error
+            PQclear(r);
+            continue;
+        }
         if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-            if (pending_.sqlstate.empty() && pending_.message.empty()) {
+            if (answer && pending_.sqlstate.empty() && pending_.message.empty()) {
                 pending_.ok = true;
                 pending_.res = std::shared_ptr<PGresult>(r, PQclear);
                 continue;
@@ -285,6 +376,7 @@ void PgConn::drive_query(int events) {
                 pending_.res.reset();
                 pending_.sqlstate = ss ? ss : "";
                 pending_.message = primary ? primary : trim_msg(PQresultErrorMessage(r));
+                if (pending_.sqlstate == "25006") read_only_seen_ = true;
             }
         }
         PQclear(r);
@@ -311,6 +403,26 @@ void PgConn::finish_call(PgResult r) {
     state_ = State::idle;
     auto cb = std::move(cb_);
     cb_ = nullptr;
+    if (read_only_seen_ && !in_setup_) {
+        // The server refused a read-write transaction (a standby, a primary demoted under
+        // us): no call on this session can succeed. Tell the caller (classified transient:
+        // no timer spends an attempt on it), then reconnect, which finds the primary of a
+        // multi-host conninfo; the backoff paces it while no primary answers.
+        read_only_seen_ = false;
+        in_setup_ = true;  // counts as a failed connect: backoff, db_state down
+        broken("server is read-only (SQLSTATE 25006: a standby or a demoted primary); reconnecting", false);
+        in_setup_ = false;
+        if (cb) cb(std::move(r));
+        return;
+    }
+    read_only_seen_ = false;
+    if (PQtransactionStatus(pg_) != PQTRANS_IDLE) {
+        // Never hand out a session inside a transaction (a failed simple query leaves its
+        // explicit block open): replace it rather than let the next call inherit it.
+        broken("session left inside a transaction; replaced", false);
+        if (cb) cb(std::move(r));
+        return;
+    }
     start_poll(UV_READABLE);  // so a server-side close of an idle connection is noticed
     if (cb) cb(std::move(r));
 }
@@ -344,12 +456,19 @@ void PgConn::reset_handles() {
     }
     backend_pid_ = 0;
     flushing_ = false;
+    pipeline_ = false;
+    pipe_index_ = 0;
+    read_only_seen_ = false;
 }
 
-void PgConn::broken(const std::string &why, bool cancel_on_server) {
-    if (cancel_on_server && pg_) queue_server_cancel(loop_, pg_);
+void PgConn::broken(const std::string &raw_why, bool cancel_on_server) {
+    // libpq echoes the conninfo in some errors (a malformed URI, for one): nothing that
+    // leaves this connection may carry the password, whatever form it was written in.
+    const std::string why = redact_secrets(raw_why, conninfo_);
+    if (cancel_on_server && pg_ && canceller_) canceller_->cancel(pg_);
     const bool closing = state_ == State::closed;
-    const bool while_connecting = state_ == State::connecting || state_ == State::setup || state_ == State::down;
+    const bool while_connecting =
+        in_setup_ || state_ == State::connecting || state_ == State::setup || state_ == State::down;
     reset_handles();
     if (!closing) state_ = State::down;
     auto cb = std::move(cb_);
@@ -367,7 +486,7 @@ void PgConn::close(const std::string &why) {
     if (state_ == State::closed) return;
     const bool busy = state_ == State::busy || state_ == State::setup;
     state_ = State::closed;
-    if (busy && pg_) queue_server_cancel(loop_, pg_);
+    if (busy && pg_ && canceller_) canceller_->cancel(pg_);
     reset_handles();
     auto cb = std::move(cb_);
     cb_ = nullptr;

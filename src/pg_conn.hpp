@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "cancel.hpp"
+
 namespace qsw {
 
 struct QueryParam {
@@ -25,6 +27,7 @@ struct Query {
     std::string sql;
     std::vector<QueryParam> params;
     bool simple = false;      // several statements, no parameters (PQsendQuery)
+    bool pinned = true;       // run inside BEGIN ... COMMIT with the session settings pinned
     int64_t timeout_ms = 30000;
 };
 
@@ -55,7 +58,7 @@ public:
     };
 
     PgConn(uv_loop_t *loop, int id, std::string conninfo, int64_t connect_timeout_ms, int64_t stmt_timeout_ms,
-           Hooks hooks);
+           Hooks hooks, Canceller *canceller = nullptr);
     ~PgConn();
     PgConn(const PgConn &) = delete;
     PgConn &operator=(const PgConn &) = delete;
@@ -78,8 +81,11 @@ private:
     void finish_call(PgResult r);
     void broken(const std::string &why, bool cancel_on_server);
     void reset_handles();
+    void begin_setup();
+    std::string pin_sql() const;
 
     uv_loop_t *loop_;
+    Canceller *canceller_;
     int id_;
     std::string conninfo_;
     int64_t connect_timeout_ms_;
@@ -97,7 +103,23 @@ private:
     bool flushing_ = false;
     int64_t stmt_deadline_ms_ = 0;
     int backend_pid_ = 0;
+    int server_version_ = 0;
+    // Pipeline bookkeeping of a pinned call: which of BEGIN / pin / statement / COMMIT
+    // the next result belongs to.
+    bool pipeline_ = false;
+    int pipe_index_ = 0;
+    int syncs_left_ = 0;
+    bool in_setup_ = false;      // the session check after connect: a failure backs off like a connect
+    bool read_only_seen_ = false;  // the server refused read-write: reconnect, never blame a timer
 };
+
+// The pinned statement (exposed for tests): every setting the plugin's correctness
+// depends on, as SET LOCAL, so it holds for this transaction only, also behind a
+// transaction-pooling bouncer, and never leaks into the next client of the server session.
+std::string pinned_settings_sql(int64_t stmt_timeout_ms, int server_version);
+
+// The first statement of every pinned call.
+constexpr const char *kPinnedBegin = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
 
 const char *conn_state_name(PgConn::State s);
 

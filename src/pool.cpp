@@ -19,6 +19,7 @@ Pool::Pool(uv_loop_t *loop, PoolOptions opts, Logger &log) : loop_(loop), opts_(
     idle_ = new uv_idle_t;
     uv_idle_init(loop_, idle_);
     idle_->data = this;
+    canceller_ = std::make_unique<Canceller>(loop_);
 }
 
 Pool::~Pool() = default;
@@ -29,7 +30,7 @@ void Pool::start() {
         hooks.on_ready = [this](PgConn &c) { on_ready(c); };
         hooks.on_broken = [this](PgConn &c, const std::string &why, bool connecting) { on_broken(c, why, connecting); };
         conns_.push_back(std::make_unique<PgConn>(loop_, i, opts_.conninfo, opts_.connect_timeout_ms,
-                                                  opts_.stmt_timeout_ms, std::move(hooks)));
+                                                  opts_.stmt_timeout_ms, std::move(hooks), canceller_.get()));
     }
     for (auto &c : conns_) c->connect();
 }
@@ -225,6 +226,9 @@ void Pool::shutdown(const std::string &why) {
 }
 
 void Pool::close_handles() {
+    // Cancels still on their way are sent if their socket is ready and abandoned
+    // otherwise: the pinned statement_timeout ends such a call on the server anyway.
+    if (canceller_) canceller_->close_all();
     if (idle_) {
         uv_idle_stop(idle_);
         uv_close(reinterpret_cast<uv_handle_t *>(idle_), [](uv_handle_t *h) { delete reinterpret_cast<uv_idle_t *>(h); });

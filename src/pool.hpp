@@ -82,6 +82,7 @@ private:
     uv_loop_t *loop_;
     PoolOptions opts_;
     Logger &log_;
+    std::unique_ptr<Canceller> canceller_;  // server cancels, bounded and non-blocking
     std::vector<std::unique_ptr<PgConn>> conns_;
     std::array<int, kLaneCount> in_use_{};
     std::array<std::deque<Waiter>, kLaneCount> slot_waiters_;

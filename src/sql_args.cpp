@@ -67,6 +67,28 @@ static int hexval(char c) {
     return -1;
 }
 
+bool parse_i64(std::string_view t, int64_t &out) {
+    if (t.empty() || t.size() > 20) return false;
+    size_t i = 0;
+    const bool neg = t[0] == '-';
+    if (neg) i = 1;
+    if (i == t.size()) return false;
+    // Accumulate negatively so INT64_MIN parses too.
+    int64_t v = 0;
+    for (; i < t.size(); ++i) {
+        if (t[i] < '0' || t[i] > '9') return false;
+        const int d = t[i] - '0';
+        if (v < (INT64_MIN + d) / 10) return false;
+        v = v * 10 - d;
+    }
+    if (!neg) {
+        if (v == INT64_MIN) return false;
+        v = -v;
+    }
+    out = v;
+    return true;
+}
+
 bool pg_bytea_from_text(std::string_view t, std::string &out) {
     out.clear();
     if (t.size() < 2 || t[0] != '\\' || t[1] != 'x' || (t.size() % 2) != 0) return false;

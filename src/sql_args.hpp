@@ -18,6 +18,8 @@ std::string pg_int_array(const std::vector<int64_t> &items);
 std::string pg_bytea_array_binary(const std::vector<std::string_view> &items);
 // A bytea column in text form ("\x0a1b...") back to its bytes.
 bool pg_bytea_from_text(std::string_view text, std::string &out);
+// A decimal int64 as PostgreSQL prints it; false on anything else (never throws).
+bool parse_i64(std::string_view text, int64_t &out);
 // The shard visiting order as an int2[] literal.
 std::string shards_param(const std::vector<int16_t> &shards);
 

@@ -112,6 +112,8 @@ nlohmann::json Stats::to_json() {
     j["sleep_ms"] = x.sleep_ms;
     j["idle_cycles"] = x.idle_cycles;
     j["cycle_errors_total"] = x.cycle_errors_total;
+    j["loop_failures_total"] = x.loop_failures_total;
+    j["inflate_deferred_total"] = x.inflate_deferred_total;
     j["last_error"] = x.last_error;
     nlohmann::json errors = nlohmann::json::object();
     for (size_t p = 0; p < x.phase_errors.size(); ++p) {
@@ -273,6 +275,11 @@ std::string Stats::to_prometheus() {
     }
     m.family("cycle_errors_total", "counter", "Failed calls in any phase (the sum of errors_total).")
         .sample(x.cycle_errors_total);
+    m.family("loop_failures_total", "counter", "Times the loop ended on an internal error (state failed).")
+        .sample(x.loop_failures_total);
+    m.family("inflate_deferred_total", "counter",
+             "payload_zstd timers handed back because inflating them would pass the per-call budget.")
+        .sample(x.inflate_deferred_total);
     {
         auto fam = m.family("phase_state", "gauge", "1 for the current state of each phase.");
         const std::pair<const char *, const std::string *> phases[] = {

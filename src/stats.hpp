@@ -147,6 +147,8 @@ struct Figures {
     LagRing fire_lag;
     int64_t fire_lag_max_ms = 0;
     int64_t cycle_errors_total = 0;
+    int64_t loop_failures_total = 0;
+    int64_t inflate_deferred_total = 0;  // payload_zstd rows handed back over the inflation budget  // the loop ended on an internal error (state "failed")
     std::string last_error;
     // Health: errors by phase and class, and cycles in which any phase failed.
     std::array<std::array<int64_t, static_cast<size_t>(ErrorKind::count)>, static_cast<size_t>(ErrorPhase::count)>

@@ -7,8 +7,17 @@
 
 #include "classify.hpp"
 #include "last_error.hpp"
+#include "reentry.hpp"
 
 namespace qsw {
+
+std::atomic<bool> g_test_fail_next_cycle{false};
+
+int64_t sat_sub(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
 
 int64_t wall_now_ms() {
     using namespace std::chrono;
@@ -157,7 +166,10 @@ int Sweeper::start() {
         log_.warn("sweeper_parallelism " + std::to_string(cfg_.sweeper_parallelism) + " exceeds lane_maint_slots " +
                   std::to_string(cfg_.lane_maint_slots) + ": fires beyond the slots wait for admission");
     accepting_wakes_.store(true);
-    if (has_backstop_ && backstop_.attach_waker) backstop_.attach_waker(backstop_.ctx, &Sweeper::backstop_wake, this);
+    if (has_backstop_ && backstop_.attach_waker) {
+        CallbackScope in_callback;
+        backstop_.attach_waker(backstop_.ctx, &Sweeper::backstop_wake, this);
+    }
     try {
         thread_ = std::thread([this] { thread_main(); });
     } catch (const std::exception &e) {
@@ -203,13 +215,17 @@ void Sweeper::thread_main() {
 
 void Sweeper::on_run_done(std::exception_ptr err) {
     if (err) {
+        std::string why;
         try {
             std::rethrow_exception(err);
+        } catch (const std::bad_alloc &) {
+            why = "out of memory";
         } catch (const std::exception &e) {
-            log_.error(std::string("sweeper loop ended by an internal error: ") + e.what());
+            why = e.what();
         } catch (...) {
-            log_.error("sweeper loop ended by an unknown internal error");
+            why = "unknown internal error";
         }
+        loop_failed("sweeper loop ended by an internal error: " + why);
     }
     {
         std::lock_guard<std::mutex> g(done_mu_);
@@ -219,8 +235,23 @@ void Sweeper::on_run_done(std::exception_ptr err) {
     teardown();
 }
 
+void Sweeper::loop_failed(const std::string &why) {
+    // A loop that dies says so: state leaves "running" (a host polling stats sees it, the
+    // metrics export it), last_error carries the reason, the host's log callback hears it.
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.state = "failed";
+        stats_.f.last_error = why;
+        ++stats_.f.loop_failures_total;
+    }
+    log_.error(why + "; timers wait for another broker or a restart of this one");
+}
+
 void Sweeper::teardown() {
-    if (has_backstop_ && backstop_.attach_waker) backstop_.attach_waker(backstop_.ctx, nullptr, nullptr);
+    if (has_backstop_ && backstop_.attach_waker) {
+        CallbackScope in_callback;
+        backstop_.attach_waker(backstop_.ctx, nullptr, nullptr);
+    }
     publish_pool();
     pool_->shutdown("sweeper stopped");
     pool_->drain_posted();
@@ -248,7 +279,7 @@ int Sweeper::stop(uint32_t timeout_ms) {
     }
     {
         std::lock_guard<std::mutex> s(stats_.mu);
-        stats_.f.state = "stopping";
+        if (stats_.f.state != "failed") stats_.f.state = "stopping";
     }
     stopping_.store(true);
     {
@@ -274,7 +305,8 @@ int Sweeper::stop(uint32_t timeout_ms) {
     phase_ = Phase::stopped;
     {
         std::lock_guard<std::mutex> s(stats_.mu);
-        stats_.f.state = "stopped";
+        // A loop that died keeps saying so after the stop.
+        if (stats_.f.state != "failed") stats_.f.state = "stopped";
     }
     log_.info(rc == 0 ? "sweeper stopped" : "sweeper stopped after its timeout");
     return rc;
@@ -282,6 +314,10 @@ int Sweeper::stop(uint32_t timeout_ms) {
 
 void Sweeper::wake(int64_t at) noexcept {
     stats_.wakes_total.fetch_add(1, std::memory_order_relaxed);
+    // Every int64 is a valid argument. An instant before the epoch means "due now"; the
+    // clamp keeps `hint - now` in the sleep arithmetic from overflowing (INT64_MIN once
+    // parked the loop for ~292 million years).
+    if (at < 0) at = 0;
     int64_t cur = wake_hint_.load(std::memory_order_acquire);
     // Only an instant earlier than the one already promised rings the loop.
     while (at < cur) {
@@ -322,7 +358,7 @@ void Sweeper::on_wake_signal() {
     if (!sleeper_) return;  // mid-cycle: the sleep that follows reads the hint itself
     const int64_t hint = wake_hint_.load();
     if (hint >= sleep_deadline_unix_ms_) return;  // the loop already looks by then
-    const int64_t in = std::max<int64_t>(hint - wall_now_ms(), 0);
+    const int64_t in = std::max<int64_t>(sat_sub(hint, wall_now_ms()), 0);
     woken_ = true;
     sleep_deadline_unix_ms_ = hint;
     {
@@ -428,6 +464,7 @@ void Sweeper::run_backstop() {
     r.next_expiry_unix_ms = -1;
     int rc = QUEEN_SWEEPER_EINTERNAL;
     try {
+        CallbackScope in_callback;
         rc = backstop_.sweep(backstop_.ctx, now, &r);
     } catch (...) {
         rc = QUEEN_SWEEPER_EINTERNAL;

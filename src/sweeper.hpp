@@ -58,6 +58,7 @@ private:
     void thread_main();
     void on_run_done(std::exception_ptr err);
     void teardown();
+    void loop_failed(const std::string &why);
     Task<void> run();
     Task<bool> apply_schema();
     // The schema step at start: apply (skipped when the database already records this
@@ -196,6 +197,8 @@ private:
     int64_t error_backoff_ms_ = 0;
     bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
     std::string last_logged_error_;
+    bool fire_config_failed_ = false;  // a class 42 fire error: the drain hands back and backs off
+    PgResult fire_config_error_;
     std::string shed_state_logged_ = "on/on";
     std::minstd_rand rng_;
     // Claims this sweeper holds: (tenant, queue, key) -> token. Released at a graceful stop.
@@ -209,5 +212,10 @@ private:
 };
 
 int64_t wall_now_ms();
+int64_t sat_sub(int64_t a, int64_t b);  // a - b, saturated
+
+// Test seam (integration tests link the core): the next cycle throws, as an internal
+// error would, so the "loop that dies says so" path can be exercised for real.
+extern std::atomic<bool> g_test_fail_next_cycle;
 
 }  // namespace qsw

@@ -58,6 +58,8 @@ def test_one_timer_larger_than_the_cap_fires_alone(q, sweepers):
     h = sweepers("bytecap-big", sweeper_max_fire_bytes=CAP)
     h.start()
     wait_for(lambda: q.timers_left() == 0, 15, 0.05, "the oversized timer to fire")
+    # The rows leave the table at COMMIT; the sweeper counts them once it has read the answer.
+    wait_for(lambda: h.stats()["fired_total"] >= 6, 15, 0.02, "the fire's answer to be counted")
     st = h.stats()
     assert_clean_stop(h)
     assert st["fired_total"] == 6 and st["rejected_total"] == 0, st

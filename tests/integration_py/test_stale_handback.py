@@ -40,6 +40,8 @@ def test_a_row_the_fire_could_not_lock_is_handed_back_at_once(q, sweepers, conni
         row.rollback()
         t0 = time.monotonic()
         wait_for(lambda: q.timers_left() == 0, 10, what="k2 to fire (it must not wait out the 30 s lease)")
+        # Counted once the sweeper has read the fire's answer, an instant after the COMMIT.
+        wait_for(lambda: h.stats()["fired_total"] >= 2, 10, what="the fire's answer to be counted")
         took = time.monotonic() - t0
         st = h.stats()
         print(f"\n[handback] k2 fired {took:.2f}s after its row was unlocked; stale {st['stale_total']},"

@@ -281,7 +281,7 @@ TEST(Packer, CorruptZstdPayloadIsRejectedWhileTheRestPacks) {
     const auto r = qs::pack_timers(rows, 1 << 20);
     ASSERT_EQ(r.rejected.size(), 2u);
     EXPECT_EQ(r.rejected[0].first, 1u);
-    EXPECT_EQ(r.rejected[0].second.rfind("payload_zstd payload does not decompress: bad zstd", 0), 0u)
+    EXPECT_EQ(r.rejected[0].second.rfind("payload_zstd payload does not inflate within the 1048576-byte payload limit: bad zstd", 0), 0u)
         << r.rejected[0].second;
     EXPECT_EQ(r.rejected[1].first, 3u);
     EXPECT_EQ(rows_of(r), (std::vector<std::vector<size_t>>{{0, 2}}));
