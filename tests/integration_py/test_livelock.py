@@ -128,4 +128,6 @@ def test_slow_fires_do_not_livelock_two_sweepers(q, sweepers, conninfo, connecti
                    " WHERE i.hash = %s", (txn_hash(op["txn"]),))
         lags.append(at - res["deliverAtMs"])
     print(f"[livelock] fresh timers after the locks fired {min(lags)}..{max(lags)} ms late")
-    assert max(lags) < 1000, lags
+    # Generous on purpose: the failure guarded against is a livelock (no progress), not a
+    # slow machine; a lease (the livelock's cost) is far above this bound.
+    assert max(lags) < 10000, lags

@@ -39,17 +39,20 @@ def test_one_poisoned_timer_does_not_hold_back_199_and_ends_in_the_dlq(q, sweepe
     # The poisoned timer is the oldest, so it sits in the first claim with the others.
     q.schedule([poison])
     q.schedule(good)
-    h = sweepers("poison", sweeper_max_attempts=2, sweeper_backoff_min_ms=1500,
-                 sweeper_backoff_max_ms=3000, sweeper_claim_batch=200)
+    # The poisoned timer's backoff (8 s) outlasts the one-by-one replay of the other 199 even
+    # on a loaded machine, so "the good ones first, the poisoned one waiting" is what is
+    # tested, not the machine's speed.
+    h = sweepers("poison", sweeper_max_attempts=2, sweeper_backoff_min_ms=8000,
+                 sweeper_backoff_max_ms=9000, sweeper_claim_batch=200)
     t0 = time.monotonic()
     h.start()
     wait_for(lambda: q.one("SELECT coalesce(sum(count), 0) FROM queen.log_segments") == 199,
-             10, 0.02, "the 199 good timers")
+             30, 0.02, "the 199 good timers")
     t_good = time.monotonic() - t0
     # At that moment the poisoned timer is still waiting out its backoff, not in the DLQ.
     row = q.peek(QUEUE, "poison-key")
     assert row is not None and row["attempts"] == 1 and row["claimed"] is False, row
-    wait_for(lambda: q.one("SELECT count(*) FROM queen.log_dlq") == 1, 15, 0.05,
+    wait_for(lambda: q.one("SELECT count(*) FROM queen.log_dlq") == 1, 45, 0.05,
              "the poisoned timer in the DLQ")
     t_dlq = time.monotonic() - t0
     wait_for(lambda: h.stats()["dlq_total"] == 1, 5, 0.02, "dlq_total")
@@ -59,7 +62,6 @@ def test_one_poisoned_timer_does_not_hold_back_199_and_ends_in_the_dlq(q, sweepe
           f"fired {st['fired_total']} poisoned {st['poisoned_total']} dlq {st['dlq_total']} "
           f"failures {st['fire_failures']}")
 
-    assert t_good < 5, t_good
     assert st["fired_total"] == 199
     assert st["poisoned_total"] >= 1
     assert st["dlq_total"] == 1
