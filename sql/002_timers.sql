@@ -31,9 +31,17 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 -- ---------------------------------------------------------------------------------------
 
 -- Storage settings of queen.log_timers.
---   fillfactor = 70: not measured (2026-11-29): by analogy with queen.log_partitions.
---     Symptom it addresses there: a row rewritten on every operation (claim, fail, release)
---     needs free space on its page to stay on it. No number observed on this table yet.
+--   fillfactor = 100 (was 70 by analogy with queen.log_partitions): measured (2026-11-30)
+--     (tests/soak/README.md). Symptom looked for: HOT updates of the claim, the one update
+--     every timer gets, which free space on the page would keep on it. Observed: 0 HOT of
+--     100000 claims at 70 and at 100 (`tests/soak/measure drain --fillfactor N`), and 0.0 in
+--     every soak interval, because the claim sets claimed_until and so the generated,
+--     indexed visible_at: no claim can ever be HOT. Drain of 100k due timers, table and
+--     indexes after: 70 -> 49.0 MB, 100 -> 39.3 MB (20% smaller). Throughput: side by side
+--     in one run 70 -> 1025/s, 100 -> 1155/s; one after the other 70 -> 1032 and 1353/s,
+--     100 -> 705 and 1092/s: within this loaded machine's noise, no consistent winner.
+--     Soak at ~500 timers/s for 150 s: 70 -> 0.36 MB per 1k timers, 100 -> 0.27 MB.
+--     70 does not win (no HOT to buy, 20-25% more pages): 100.
 --   autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
 --   autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_vacuum_insert_threshold = 1000,
 --   autovacuum_analyze_scale_factor = 0.02, autovacuum_analyze_threshold = 1000,
@@ -41,10 +49,21 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 --     not measured (2026-11-29): by analogy with queen.log_partitions. Every timer is
 --     inserted, updated at least once (the claim) and deleted (the fire), so the table is
 --     all churn; the defaults (20% dead before a vacuum) would let dead index entries pile
---     up under the (shard, visible_at) index the probe seeks on every cycle. How many
---     timers per second a machine sustains before this autovacuum enters the profile, and
---     how many autovacuum workers it occupies in steady state, are NOT measured
---     (sweeper-internals.md, "Numbers on this page that are not measured").
+--     up under the (shard, visible_at) index the probe seeks on every cycle.
+--     Measured 2026-11-30 (tests/soak/README.md; `tests/soak/soak --duration 150 --rate R
+--     --sweepers 2 --delay-max 60`, R = 200, 600, 1200; 2 cores shared with other builds,
+--     load 19-27; autovacuum at PostgreSQL's defaults). Symptom looked for: an autovacuum
+--     worker on this table in pg_stat_activity and a step in fire lateness while it runs.
+--     These thresholds are crossed within seconds at any of those rates, so the table is
+--     vacuumed once per autovacuum_naptime (60 s) and holds a minute of churn in between:
+--     21.6k dead tuples at 188 timers/s, 56k at 501/s, 112k at 849/s (the rates the driver
+--     reached). At 188/s the pass was never caught by a 0.5 s poll and lateness stayed flat
+--     (p50/p99 78/212 ms in its interval); at 501/s the interval holding the pass showed
+--     198/704 ms against ~95/250 around it; at 849/s one interval stalled (p50 4.4 s).
+--     Number: about 500 timers/s on this rig before this autovacuum enters the profile.
+--     Workers held in steady state (polled twice a second): on this table 0.017 on average
+--     at 501/s and 0.024 at 849/s, never more than one at once, against the default
+--     autovacuum_max_workers = 3 (queen.kv: see 003).
 --   vacuum_truncate = off: not measured (2026-11-29): by analogy with queen.log_partitions.
 --     Truncating the heap's tail takes an ACCESS EXCLUSIVE lock, which would stall the
 --     claim and the fire behind a vacuum; a burst's peak size is kept instead.
@@ -73,7 +92,7 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
                       (greatest(deliver_at, coalesce(claimed_until, deliver_at))) STORED,
     PRIMARY KEY (tenant_id, queue, timer_key)
 ) WITH (
-    fillfactor = 70,
+    fillfactor = 100,
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_insert_scale_factor = 0.01,
@@ -83,6 +102,17 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
     autovacuum_vacuum_cost_delay = 1,
     vacuum_truncate = off
 );
+-- A table created while the setting was 70 is moved to 100 once; the check keeps every
+-- later apply lock-free (ALTER TABLE ... SET takes SHARE UPDATE EXCLUSIVE). Pages already
+-- written keep their free space until rewritten.
+DO $apply$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_class c
+                WHERE c.oid = 'queen.log_timers'::regclass AND 'fillfactor=70' = ANY (c.reloptions)) THEN
+        ALTER TABLE queen.log_timers SET (fillfactor = 100);
+    END IF;
+END
+$apply$;
 
 -- The only secondary index: the probe's 64 single-row seeks and the claim's per-shard scan.
 DO $apply$
@@ -451,6 +481,13 @@ BEGIN
                 v_idx, v_str USING ERRCODE = '22023';
         END IF;
         v_kind := v_kind || v_str;
+        v_queue := v_queue || (queen.log_timers_op_field_v1(v_op, v_idx, 'queue', 'string', true) #>> '{}');
+        v_key := v_key || (queen.log_timers_op_field_v1(v_op, v_idx, 'timerKey', 'string', true) #>> '{}');
+        v_part := v_part || (queen.log_timers_op_field_v1(v_op, v_idx, 'partition', 'string', false) #>> '{}');
+        v_txn := v_txn || (queen.log_timers_op_field_v1(v_op, v_idx, 'txn', 'string', v_str = 'schedule') #>> '{}');
+        -- Lengths compared here; check_bytes_v1 (which words the refusal) runs only on a
+        -- refusal: a call per field per op cost a sixth of a 256-op apply (measured
+        -- 2026-11-30: 103 ms with the calls, 86 ms without, both under load).
         v_where := 'ops[' || v_idx || ']';
         IF octet_length(v_queue[v_idx + 1]) > c_max_queue THEN
             PERFORM queen.check_bytes_v1('log_timers_apply_v1', v_where || '.queue',
@@ -482,13 +519,6 @@ BEGIN
                 -- A JSON number can have hundreds of digits: quote at most 40 of them.
                 RAISE EXCEPTION 'log_timers_apply_v1: ops[%].delayMs: % ms is beyond the 90-day horizon (% ms)',
                     v_idx, CASE WHEN length(v_num::text) > 40 THEN left(v_num::text, 40) || '...'
-        v_queue := v_queue || (queen.log_timers_op_field_v1(v_op, v_idx, 'queue', 'string', true) #>> '{}');
-        v_key := v_key || (queen.log_timers_op_field_v1(v_op, v_idx, 'timerKey', 'string', true) #>> '{}');
-        v_part := v_part || (queen.log_timers_op_field_v1(v_op, v_idx, 'partition', 'string', false) #>> '{}');
-        v_txn := v_txn || (queen.log_timers_op_field_v1(v_op, v_idx, 'txn', 'string', v_str = 'schedule') #>> '{}');
-        -- Lengths compared here; check_bytes_v1 (which words the refusal) runs only on a
-        -- refusal: a call per field per op cost a sixth of a 256-op apply (measured
-        -- 2026-11-30: 103 ms with the calls, 86 ms without, both under load).
                                 ELSE v_num::text END,
                     c_max_delay USING ERRCODE = '22023';
             END IF;
