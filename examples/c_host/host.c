@@ -12,7 +12,8 @@
  *
  * What it shows, in order:
  *   1. the sweeper is created with apply_schema true and started; the host
- *      waits for its first probe (the schema is then in place);
+ *      waits until it is ready (wait_ready: the schema is in place and a
+ *      first probe completed);
  *   2. a transaction that schedules timers and then ROLLS BACK rings nothing:
  *      wakes_total and wake_signals_total are the same before and after, and
  *      those timers never reach the log;
@@ -30,6 +31,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -345,14 +347,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "setup: %s\n", Q->last_error());
         return 2;
     }
-    /* The schema is applied by the sweeper's loop before its first probe. */
-    int64_t deadline = now_ms() + 30000;
-    while (stat_now(sw, "probes_total") < 1) {
-        if (now_ms() > deadline) {
-            fprintf(stderr, "the sweeper did not complete a probe within 30 s\n");
-            return 1;
-        }
-        sleep_ms(20);
+    /* Ready: the schema is in place (applied, or already at this version) and a first
+     * probe completed. The table's wait_ready exists from ABI 1.1 on: check the size. */
+    if (Q->struct_size < offsetof(queen_sweeper_api, wait_ready) + sizeof Q->wait_ready) {
+        fprintf(stderr, "this libqueen_sweeper predates ABI 1.1 (no wait_ready)\n");
+        return 2;
+    }
+    int ready_rc = Q->wait_ready(sw, 30000);
+    if (ready_rc != QUEEN_SWEEPER_OK) {
+        fprintf(stderr, "the sweeper is not ready (%s): %s\n", Q->status_name(ready_rc), Q->last_error());
+        return 1;
     }
     printf("sweeper running, schema applied\n");
 
@@ -392,7 +396,7 @@ int main(int argc, char **argv) {
            n, earliest - now_ms(), w1, w2, s1, s2);
 
     /* 5. Wait for them. */
-    deadline = now_ms() + 30000;
+    int64_t deadline = now_ms() + 30000;
     for (;;) {
         pthread_mutex_lock(&fired_mu);
         int64_t got = fired_msgs;

@@ -22,7 +22,7 @@ from base64 import b64encode
 
 import psycopg2
 
-from queen_sweeper import Sweeper, decode_segment
+from queen_sweeper import Sweeper, Timeout, decode_segment
 
 TENANT = "00000000-0000-0000-0000-000000000001"
 QUEUE = "example-python"
@@ -80,12 +80,11 @@ def main() -> int:
         sw.on_log(lambda level, msg: print(f"[sweeper {level}] {msg}", file=sys.stderr))
         sw.start()
         print(f"loaded {sw.library_path}")
-        deadline = time.monotonic() + 30
-        while sw.stats()["probes_total"] < 1:      # the schema is applied before the first probe
-            if time.monotonic() > deadline:
-                print("the sweeper did not complete a probe within 30 s", file=sys.stderr)
-                return 1
-            time.sleep(0.02)
+        try:
+            sw.wait_ready(30)     # the schema is in place and a first probe completed
+        except Timeout as exc:
+            print(f"the sweeper is not ready: {exc}", file=sys.stderr)
+            return 1
         print("sweeper running, schema applied")
 
         run = f"py-{now_ms()}"

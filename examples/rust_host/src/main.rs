@@ -131,14 +131,8 @@ fn run() -> Result<bool, String> {
     sw.start().map_err(|e| e.to_string())?;
     println!("queen-sweeper {} started", queen_sweeper::version());
     let stats = |sw: &Sweeper| sw.stats().unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while stat_int(&stats(&sw), "probes_total") < 1 {
-        // the schema is applied before the first probe
-        if Instant::now() > deadline {
-            return Err("the sweeper did not complete a probe within 30 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Ready: the schema is in place and a first probe completed.
+    sw.wait_ready(Duration::from_secs(30)).map_err(|e| format!("the sweeper is not ready: {e}"))?;
     println!("sweeper running, schema applied");
 
     let run = format!("rs-{}", now_ms());
