@@ -608,7 +608,9 @@ Task<bool> Sweeper::identify_server() {
         if (!before.empty() && before != server) ++fo.server_changes_total;
         fo.server = server;
         fo.server_in_recovery = in_recovery;
-        if (awaiting_resume_ && !reconnected_since_loss_) fo.reconnected_unix_ms = wall_now_ms();
+        // The first identification after the last recorded loss dates the reconnection.
+        if (fo.last_lost_unix_ms >= 0 && fo.reconnected_unix_ms < fo.last_lost_unix_ms)
+            fo.reconnected_unix_ms = wall_now_ms();
     }
     const bool again = awaiting_resume_ && !reconnected_since_loss_;
     reconnected_since_loss_ = true;
