@@ -35,10 +35,15 @@ public:
             CallbackScope in_callback;
             fn_(user_, level, msg.c_str());
         }
-        else if (level <= QUEEN_SWEEPER_LOG_WARN && stderr_.load())
-            // One write per line, so lines of concurrent sweepers do not interleave.
+        else if (level <= QUEEN_SWEEPER_LOG_WARN && stderr_.load()) {
+            // One line per message (libpq's own messages carry newlines) and one write per
+            // line, so lines of concurrent sweepers do not interleave.
+            std::string line = msg;
+            for (char &c : line)
+                if (c == '\n' || c == '\r' || c == '\t') c = ' ';
             std::fprintf(stderr, "queen_sweeper %s: %s\n", level == QUEEN_SWEEPER_LOG_ERROR ? "error" : "warning",
-                         msg.c_str());
+                         line.c_str());
+        }
     }
     void error(const std::string &m) { log(QUEEN_SWEEPER_LOG_ERROR, m); }
     void warn(const std::string &m) { log(QUEEN_SWEEPER_LOG_WARN, m); }
