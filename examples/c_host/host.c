@@ -147,12 +147,27 @@ static char *stats_text(queen_sweeper *sw) {
     }
 }
 
-/* A top-level integer field of the stats JSON (the keys used here are unique). */
+/* A top-level integer field of the stats JSON. Nested objects are skipped: their keys
+ * can repeat a top-level name (failover.in_doubt.fired_total sorts before fired_total). */
 static int64_t stat_int(const char *json, const char *key) {
     char pat[96];
     snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = json ? strstr(json, pat) : NULL;
-    return at ? strtoll(at + strlen(pat), NULL, 10) : -1;
+    const size_t n = strlen(pat);
+    int depth = 0, in_str = 0;
+    for (const char *p = json; p && *p; ++p) {
+        if (in_str) {
+            if (*p == '\\' && p[1]) ++p;
+            else if (*p == '"') in_str = 0;
+            continue;
+        }
+        if (*p == '{' || *p == '[') ++depth;
+        else if (*p == '}' || *p == ']') --depth;
+        else if (*p == '"') {
+            if (depth == 1 && strncmp(p, pat, n) == 0) return strtoll(p + n, NULL, 10);
+            in_str = 1;
+        }
+    }
+    return -1;
 }
 
 static int64_t stat_now(queen_sweeper *sw, const char *key) {
