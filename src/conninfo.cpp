@@ -94,9 +94,18 @@ struct Found {
 };
 
 struct Scan {
-    bool ok = true;    // libpq's parser would accept the syntax
+    bool ok = true;    // libpq's parser would accept the string
     bool uri = false;  // the postgresql:// form
     std::vector<Found> secrets;
+    // What libpq's message would quote where it refuses the string (a keyword it could not
+    // read, a token it could not decode): a password split by an unescaped space lands here.
+    std::vector<std::pair<size_t, std::string>> echoes;  // where it starts, what is quoted
+    std::string_view text;
+
+    void fail(size_t b, size_t e) {
+        ok = false;
+        echoes.emplace_back(b, std::string(text.substr(b, e - b)));
+    }
 };
 
 // The keyword=value form, as conninfo_parse reads it.
@@ -112,7 +121,7 @@ void scan_keywords(std::string_view s, Scan &sc) {
         ke = p;
         while (p < n && is_space(s[p])) ++p;
         if (p >= n || s[p] != '=') {
-            sc.ok = false;  // missing "=" after a keyword
+            sc.fail(kb, ke);  // missing "=" after a keyword
             return;
         }
         ++p;
@@ -150,7 +159,7 @@ void scan_keywords(std::string_view s, Scan &sc) {
                     value += s[p++];
             }
         }
-        if (!known_keyword(keyword)) sc.ok = false;  // scanned on: a later password is still hidden
+        if (!known_keyword(keyword)) sc.fail(kb, ke);  // scanned on: a later password is still hidden
         if (secret_keyword(keyword))
             sc.secrets.push_back({std::string(keyword), vb, p, std::move(value), p < n && !is_space(s[p])});
     }
@@ -174,7 +183,7 @@ void scan_uri_params(std::string_view s, size_t p, Scan &sc) {
         const size_t end = p;
         if (p < n) ++p;
         if (eq == std::string_view::npos) {
-            sc.ok = false;  // missing key/value separator
+            sc.fail(kb, end);  // missing key/value separator
             return;
         }
         const std::string_view raw_key = s.substr(kb, eq - kb);
@@ -185,11 +194,12 @@ void scan_uri_params(std::string_view s, size_t p, Scan &sc) {
             sc.secrets.push_back({key_ok ? key : std::string(raw_key), eq + 1, end,
                                   value_ok ? value : std::string(s.substr(eq + 1, end - eq - 1))});
         if (extra_separator || !key_ok || !value_ok) {
-            sc.ok = false;
+            sc.fail(kb, eq);
+            if (!value_ok) sc.fail(eq + 1, end);
             return;
         }
         // libpq turns ssl=true into sslmode=require; any other unknown name it refuses.
-        if (!(key == "ssl" && value == "true") && !known_keyword(key)) sc.ok = false;
+        if (!(key == "ssl" && value == "true") && !known_keyword(key)) sc.fail(kb, eq);
     }
 }
 
@@ -204,7 +214,7 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
     if (at(q) == '@') {
         size_t u = p;
         while (s[u] != ':' && s[u] != '@') ++u;
-        if (!uri_decode(s.substr(p, u - p), decoded)) sc.ok = false;
+        if (!uri_decode(s.substr(p, u - p), decoded)) sc.fail(p, u);
         if (s[u] == ':') {
             const size_t pb = u + 1;
             size_t pe = pb;
@@ -212,7 +222,7 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
             if (pe > pb) {
                 const bool good = uri_decode(s.substr(pb, pe - pb), decoded);
                 sc.secrets.push_back({"password", pb, pe, good ? decoded : std::string(s.substr(pb, pe - pb))});
-                if (!good) sc.ok = false;
+                if (!good) sc.fail(pb, pe);
             }
             u = pe;
         }
@@ -220,8 +230,14 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
     }
     if (!sc.ok) return;
     char prev = '\0';
+    // libpq decodes the hosts joined by commas, and the ports so too, and quotes the joined
+    // text when it cannot.
+    const size_t hosts_begin = p;
+    std::string hosts, ports;
+    bool hosts_bad = false, ports_bad = false;
     for (;;) {
         const size_t hb = p;
+        if (p > hosts_begin) hosts += ',', ports += ',';
         if (at(p) == '[') {
             ++p;
             const size_t h = p;
@@ -236,28 +252,35 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
                 sc.ok = false;
                 return;
             }
-            if (!uri_decode(s.substr(h, p - 1 - h), decoded)) sc.ok = false;
+            hosts.append(s.substr(h, p - 1 - h));
+            if (!uri_decode(s.substr(h, p - 1 - h), decoded)) hosts_bad = true;
         } else {
             while (p < n && s[p] != ':' && s[p] != '/' && s[p] != '?' && s[p] != ',') ++p;
-            if (!uri_decode(s.substr(hb, p - hb), decoded)) sc.ok = false;
+            hosts.append(s.substr(hb, p - hb));
+            if (!uri_decode(s.substr(hb, p - hb), decoded)) hosts_bad = true;
         }
         prev = at(p);
         if (prev == ':') {
             const size_t pb = ++p;
             while (p < n && s[p] != '/' && s[p] != '?' && s[p] != ',') ++p;
-            if (!uri_decode(s.substr(pb, p - pb), decoded)) sc.ok = false;
+            ports.append(s.substr(pb, p - pb));
+            if (!uri_decode(s.substr(pb, p - pb), decoded)) ports_bad = true;
             prev = at(p);
         }
         if (prev != ',') break;
         ++p;
     }
     // libpq stores host and port (and fails on their encoding) before it reads the rest.
-    if (!sc.ok) return;
+    if (hosts_bad || ports_bad) {
+        sc.ok = false;
+        sc.echoes.emplace_back(hosts_begin, hosts_bad ? hosts : ports);
+        return;
+    }
     if (prev != '\0' && prev != '?') {
         const size_t db = ++p;
         while (p < n && s[p] != '?') ++p;
         if (!uri_decode(s.substr(db, p - db), decoded)) {
-            sc.ok = false;
+            sc.fail(db, p);
             return;
         }
         prev = at(p);
@@ -267,6 +290,7 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
 
 Scan scan(std::string_view ci) {
     Scan sc;
+    sc.text = ci;
     // libpq reads a C string: whatever follows a NUL byte is never parsed, so it cannot be
     // told apart from a secret.
     const size_t nul = ci.find('\0');
@@ -435,6 +459,14 @@ std::string redact_secrets(const std::string &text, const std::string &conninfo)
     if (!sc.ok) {
         // libpq's message may quote any word after the password (an unescaped space split it).
         const size_t at = ifind(conninfo, "password");
+        size_t ub = std::string::npos, ue = 0;
+        if (sc.uri && !uri_userinfo_password(conninfo, uri_prefix_length(conninfo), ub, ue, true)) ub = std::string::npos;
+        for (const auto &[b, raw] : sc.echoes)
+            if ((at != std::string::npos && b + raw.size() > at) || (ub != std::string::npos && b < ue && b + raw.size() > ub)) {
+                add_candidate(secrets, raw);
+                std::string decoded;  // libpq quotes a URI query keyword decoded
+                if (sc.uri && uri_decode(raw, decoded)) add_candidate(secrets, decoded);
+            }
         if (at != std::string::npos) {
             std::string_view tail = std::string_view(conninfo).substr(at + 8);
             size_t p = 0;
