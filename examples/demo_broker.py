@@ -88,7 +88,10 @@ def main() -> int:
     def on_log(level, message):
         print(f"[{args.broker_id}] {message}", file=sys.stderr, flush=True)
 
-    sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=True, read_env=False,
+    # The sweeper connects as a least-privilege role of its own (a member of queen_sweeper
+    # only) when one is given; the broker's scheduling keeps its own connection.
+    sweeper_ci = os.environ.get("QUEEN_EXAMPLE_SWEEPER_CONNINFO") or args.conninfo
+    sw = Sweeper(conninfo=sweeper_ci, broker_id=args.broker_id, apply_schema=True, read_env=False,
                  sweeper_lease_ms=args.lease_ms, sweeper_max_fire_bytes=args.max_fire_bytes,
                  sweeper_claim_batch=args.claim_batch,
                  log_level="warn")

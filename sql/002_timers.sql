@@ -1714,6 +1714,52 @@ BEGIN
 END
 $fn$;
 
+-- queen.log_timers_in_doubt_v1(seg int[], tenants uuid[], queues text[], hashes bytea[],
+--                              row_seg int[], keys text[])
+--   -> TABLE(seg int, present bigint, unlocked bigint, base_offset bigint)
+-- The sweeper's check of fires whose answer a lost connection took (a failover, a killed
+-- backend). For each segment it sent: how many of its timers are still in the table (the
+-- fire deletes them in its own transaction, so any left means it did not commit), how many
+-- of those nobody holds (a row locked by someone is a fire still running: undecided), and
+-- the offset at which exactly this segment (the same txn hashes) is in the log, or NULL.
+-- SECURITY DEFINER so that a role holding queen_sweeper only, which reads no table, can
+-- still confirm a fire and announce it. Locks: FOR UPDATE SKIP LOCKED on the timers it
+-- finds, released at the end of the caller's transaction.
+CREATE OR REPLACE FUNCTION queen.log_timers_in_doubt_v1(
+    p_seg int[], p_tenants uuid[], p_queues text[], p_hashes bytea[], p_row_seg int[], p_keys text[])
+RETURNS TABLE (seg int, present bigint, unlocked bigint, base_offset bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+WITH s AS (
+    SELECT * FROM unnest(p_seg, p_tenants, p_queues, p_hashes) AS s(i, tenant, queue, hashes)
+), k AS (
+    SELECT u.i, s.tenant, s.queue, u.key
+      FROM unnest(p_row_seg, p_keys) AS u(i, key)
+      JOIN s ON s.i = u.i
+), present AS (
+    SELECT k.i, t.tenant_id, t.queue, t.timer_key
+      FROM k
+      JOIN queen.log_timers t ON t.tenant_id = k.tenant AND t.queue = k.queue AND t.timer_key = k.key
+), free AS MATERIALIZED (
+    SELECT t.tenant_id, t.queue, t.timer_key
+      FROM queen.log_timers t
+     WHERE (t.tenant_id, t.queue, t.timer_key) IN (SELECT k.tenant, k.queue, k.key FROM k)
+       FOR UPDATE SKIP LOCKED
+)
+SELECT s.i,
+       (SELECT count(*) FROM present p WHERE p.i = s.i),
+       (SELECT count(*) FROM present p JOIN free f USING (tenant_id, queue, timer_key) WHERE p.i = s.i),
+       lt.base_offset
+  FROM s
+  LEFT JOIN queen.queues q ON q.tenant_id = s.tenant AND q.name = s.queue
+  LEFT JOIN queen.log_txn_index x
+         ON octet_length(s.hashes) >= 16 AND x.queue_id = q.id AND x.hash = substring(s.hashes FROM 1 FOR 16)
+  LEFT JOIN queen.log_txns lt
+         ON lt.partition_id = x.partition_id AND lt.base_offset = x.log_offset AND lt.hashes = s.hashes
+ ORDER BY s.i
+$fn$;
+
 -- ---------------------------------------------------------------------------------------
 -- 8. peek and list
 -- ---------------------------------------------------------------------------------------

@@ -134,6 +134,7 @@ DECLARE
         ['queen_sweeper', 'queen.log_timers_fail_v1(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_dlq_v1(uuid[], text[], text[], timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_release_v1(uuid[], text[], text[], uuid[])'],
+        ['queen_sweeper', 'queen.log_timers_in_doubt_v1(int[], uuid[], text[], bytea[], int[], text[])'],
         ['queen_sweeper', 'queen.kv_expire_step_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.kv_usage_step_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.switch_enabled_v1(text, boolean)'],

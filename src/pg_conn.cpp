@@ -376,6 +376,13 @@ void PgConn::drive_query(int events) {
                 pending_.res.reset();
                 pending_.sqlstate = ss ? ss : "";
                 pending_.message = primary ? primary : trim_msg(PQresultErrorMessage(r));
+                // A server in recovery refuses the pinned BEGIN ... READ WRITE with 0A000
+                // ("cannot set transaction read-write mode during recovery"): that is a
+                // read-only server, never a fault of the statement, so it is reported as one.
+                if (pipeline_ && pipe_index_ == 0 && pending_.sqlstate == "0A000") {
+                    pending_.sqlstate = "25006";
+                    pending_.message = "server is read-only (in recovery: a standby): " + pending_.message;
+                }
                 if (pending_.sqlstate == "25006") read_only_seen_ = true;
             }
         }

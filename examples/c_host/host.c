@@ -348,8 +348,13 @@ int main(int argc, char **argv) {
 
     /* 2. Create, configure, start. */
     buf_t cfg = {0};
+    /*
+     * The sweeper may connect as a role of its own holding only the queen_sweeper group
+     * role (sql/005_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
+     */
+    const char *sweeper_ci = getenv("QUEEN_EXAMPLE_SWEEPER_CONNINFO");
     buf_puts(&cfg, "{\"conninfo\":");
-    buf_json_str(&cfg, conninfo);
+    buf_json_str(&cfg, sweeper_ci && *sweeper_ci ? sweeper_ci : conninfo);
     buf_puts(&cfg, ",\"broker_id\":\"example-c-host\",\"apply_schema\":true,\"log_level\":\"warn\"}");
     queen_sweeper *sw = NULL;
     if (Q->create(cfg.p, &sw) != QUEEN_SWEEPER_OK) {

@@ -74,7 +74,10 @@ def main() -> int:
 
     db = psycopg2.connect(conninfo, application_name="example-python-host")
     ok = True
-    with Sweeper(conninfo=conninfo, broker_id="example-python-host", apply_schema=True,
+    # The sweeper may connect as a role of its own holding only the queen_sweeper group
+    # role (sql/005_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
+    sweeper_ci = os.environ.get("QUEEN_EXAMPLE_SWEEPER_CONNINFO") or conninfo
+    with Sweeper(conninfo=sweeper_ci, broker_id="example-python-host", apply_schema=True,
                  log_level="warn") as sw:
         sw.on_fired(on_fired)
         sw.on_log(lambda level, msg: print(f"[sweeper {level}] {msg}", file=sys.stderr))

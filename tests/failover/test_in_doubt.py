@@ -39,7 +39,10 @@ def _setup(private_pg, name):
     queue = f"in-doubt-{name}-{uuid.uuid4().hex[:8]}"
     part_id = q.provision("00000000-0000-0000-0000-000000000001", queue, "p0")
     fired = FiredLog()
-    h = make_sweeper(ci, f"in-doubt-{name}", fired=fired, pool_size=2, sweeper_lease_ms=LEASE_MS,
+    # The sweeper runs as the least-privilege role (queen_sweeper only): the in-doubt check
+    # must work without reading any table (queen.log_timers_in_doubt_v1 answers for it).
+    h = make_sweeper(private_pg["QUEEN_TEST_SWEEPER_CONNINFO"], f"in-doubt-{name}", fired=fired, pool_size=2,
+                     sweeper_lease_ms=LEASE_MS,
                      sweeper_max_sleep_ms=100)
     h.start()
     wait_for(lambda: h.stats()["cycles_total"] >= 2, 30, 0.02, "the sweeper cycling")

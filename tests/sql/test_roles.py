@@ -26,6 +26,8 @@ SWEEPER_CALLS = {
              " 'e', 'permanent', %s, 1000, 60000, 1000, 5)", (NOW,)),
     "dlq": ("SELECT queen.log_timers_dlq_v1('{}'::uuid[], '{}'::text[], '{}'::text[], %s)", (NOW,)),
     "release": ("SELECT queen.log_timers_release_v1('{}'::uuid[], '{}'::text[], '{}'::text[], '{}'::uuid[])", ()),
+    "in_doubt": ("SELECT * FROM queen.log_timers_in_doubt_v1('{}'::int[], '{}'::uuid[], '{}'::text[],"
+                 " '{}'::bytea[], '{}'::int[], '{}'::text[])", ()),
     "kv_expire_step": ("SELECT queen.kv_expire_step_v1(NULL, %s, 10)", (NOW,)),
     "kv_usage_step": ("SELECT queen.kv_usage_step_v1(NULL, %s, 10)", (NOW,)),
 }
@@ -147,6 +149,7 @@ def test_grants_are_exact(q):
     assert executable("queen_sweeper") == sorted([
         "kv_expire_step_v1", "kv_usage_step_v1", "log_timers_claim_v1", "log_timers_dlq_v1",
         "log_timers_due_v1", "log_timers_fail_v1", "log_timers_fire_v1", "log_timers_release_v1",
+        "log_timers_in_doubt_v1",
         "schema_version_v1", "switch_enabled_v1"])
     assert executable("queen_broker") == sorted([
         "kv_delete_v1", "kv_get_v1", "kv_put_v1", "log_push_v1", "log_read_v1",
@@ -187,6 +190,7 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
     assert definer == sorted(set(
         ["kv_expire_step_v1", "kv_usage_step_v1", "log_timers_claim_v1", "log_timers_dlq_v1",
          "log_timers_due_v1", "log_timers_fail_v1", "log_timers_fire_v1", "log_timers_release_v1",
+        "log_timers_in_doubt_v1",
          "schema_version_v1", "switch_enabled_v1", "kv_delete_v1", "kv_get_v1", "kv_put_v1",
          "log_push_v1", "log_read_v1", "log_timers_apply_v1", "log_timers_list_v1",
          "log_timers_peek_v1"]))
