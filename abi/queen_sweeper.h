@@ -151,9 +151,11 @@ typedef struct queen_sweeper_backstop_result {
  * A backstop provider: the in-RAM ephemeral queue engine behind a small
  * interface. The sweeper copies this struct at queen_sweeper_set_backstop().
  *
- * sweep: required. Called once a second on the sweeper's thread with the
- *   current unix time in ms; fills `out`; returns 0 or a negative code (the
- *   sweeper logs a failure and tries again next second). It must not block
+ * sweep: required. Called on the sweeper's thread at least once a second, and
+ *   also at the next lease or ttl instant the engine reported (through
+ *   attach_waker's wake or next_expiry_unix_ms), with the current unix time in
+ *   ms; fills `out`; returns 0 or a negative code (the sweeper logs a failure
+ *   and tries again at the next pass). It must not block
  *   on a database: the backstop runs while the database is down.
  * attach_waker: optional. Called once at start with the sweeper's wake entry
  *   point, so the engine can ring the sweeper when it arms a lease or a ttl;
