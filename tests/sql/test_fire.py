@@ -204,12 +204,12 @@ def test_fire_never_waits_on_timer_rows(q, connections):
     locker.autocommit = False
     with locker.cursor() as cur:
         cur.execute("SELECT 1 FROM queen.log_timers WHERE timer_key = 'b' FOR UPDATE")
-    firer = connections(options="-c statement_timeout=1500 -c lock_timeout=500")
+    firer = connections(options="-c statement_timeout=10000 -c lock_timeout=500")
     from sqlkit import Queen
-    t0 = time.monotonic()
     res = Queen(firer).fire([(T1, "q", "Default", [rows["a"], rows["b"]]),
                              (T1, "q", "Default", [rows["c"]])])
-    assert time.monotonic() - t0 < 1.0
+    # Not waiting is proven by the lock still held: a wait would end in the lock or
+    # statement timeout (an error), not in a result. No wall-clock bound.
     assert [s["status"] for s in res["segments"]] == ["stale", "fired"]
     assert res["segments"][0]["held"] == 1 and res["released"] == 1
     locker.rollback()
@@ -227,10 +227,10 @@ def test_fire_without_wait_skips_held_partitions_and_keeps_their_claims(q, conne
     with locker.cursor() as cur:
         cur.execute("SELECT 1 FROM queen.log_partitions WHERE name = 'p1' FOR UPDATE")
     from sqlkit import Queen
-    firer = Queen(connections(options="-c statement_timeout=2000"))
-    t0 = time.monotonic()
+    firer = Queen(connections(options="-c statement_timeout=10000"))
     res = firer.fire([(T1, "q", "p1", [rows["a"]]), (T1, "q", "p2", [rows["b"]])], wait=False)
-    assert time.monotonic() - t0 < 1.0, "a fire without wait waited on a partition"
+    # Not waiting is proven by the lock still held: a wait would end in the lock or
+    # statement timeout (an error), not in a result. No wall-clock bound.
     assert [s["status"] for s in res["segments"]] == ["busy", "fired"]
     assert res["busy"] == 1 and res["fired"] == 1 and res["released"] == 0
     # The busy timer is still claimed by the same token, so the caller can fire it again.

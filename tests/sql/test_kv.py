@@ -1,6 +1,5 @@
 """Kv.*: put/get/delete and the existence edge, the prune step (SKIP LOCKED, re-check,
 unpruned on every pass, cap) and the usage rollup (never backwards, quotas, sampling)."""
-import time
 
 import psycopg2
 import pytest
@@ -140,10 +139,10 @@ def test_expire_step_skips_locked_rows_and_never_waits(q, connections):
     locker.autocommit = False
     with locker.cursor() as cur:
         cur.execute("SELECT 1 FROM queen.kv WHERE key IN ('e000', 'e001') FOR UPDATE")
-    pruner = Queen(connections(options="-c statement_timeout=1500 -c lock_timeout=500"))
-    t0 = time.monotonic()
+    pruner = Queen(connections(options="-c statement_timeout=10000 -c lock_timeout=500"))
     r = pruner.expire_step(max_rows=100)
-    assert time.monotonic() - t0 < 1.0
+    # Not waiting is proven by the lock still held: a wait would end in the lock or
+    # statement timeout (an error), not in a result. No wall-clock bound.
     assert r["deleted"] == 2 and r["done"] is True and r["unpruned"] == 2
     locker.rollback()
     assert q.expire_step()["deleted"] == 2

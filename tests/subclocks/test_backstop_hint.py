@@ -61,4 +61,4 @@ def test_a_lapsed_lease_is_redelivered_at_its_instant(q, sweepers):
     assert st["backstop"]["hint_wakes_total"] >= 6
     assert final["backstop"]["redelivered_total"] == 6 and final["backstop"]["failures_total"] == 0
     # Generous: the hinted pass lands within milliseconds; a dropped hint waits ~700 ms.
-    assert statistics.median(late) < 350, late
+    assert statistics.median(late) < 600, late

@@ -60,7 +60,10 @@ def wake_now_and_measure(h):
     wait_for(lambda: h.stats()["cycles_total"] > c1, 2, 0.002, what="the woken cycle")
     elapsed = time.monotonic() - t0
     after = h.stats()
-    assert elapsed <= 0.1, f"the woken cycle came {elapsed * 1000:.0f} ms after the wake"
+    # The wake, not the end of the 800 ms sleep, ran the cycle: the loop says it cut a sleep.
+    # (The time is printed, not asserted: a loaded machine may be slow to schedule the loop.)
+    print(f"\n[idle] the woken cycle came {elapsed * 1000:.0f} ms after the wake")
+    assert after["wake_cut_sleeps_total"] >= st["wake_cut_sleeps_total"] + 1, (st, after)
     assert after["wake_signals_total"] == signals + 1
     # The wake reset the count; this cycle was idle again, so it is 1 and the sleep is back
     # at the ceiling.
