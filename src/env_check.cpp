@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include "last_error.hpp"
 
 extern char **environ;
 
@@ -54,7 +55,9 @@ std::vector<std::string> unknown_env_warnings(const std::vector<std::string> &en
         }
         const bool ours = n == "QUEEN_SWEEPER" || starts_with(n, "QUEEN_SWEEPER_");
         if (!ours && best > 2) continue;
-        std::string msg = "environment variable " + n + " is not a sweeper setting and is ignored";
+        // The name comes from the environment as it is: escaped, so a name that is not UTF-8
+        // can never make the stats (JSON) unrenderable.
+        std::string msg = "environment variable " + printable(n) + " is not a sweeper setting and is ignored";
         if (best <= 3) msg += "; did you mean " + nearest + "?";
         out.push_back(msg);
     }

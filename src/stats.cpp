@@ -466,6 +466,9 @@ std::string Stats::to_prometheus() {
         m.family("failover_in_doubt_not_fired_total", "counter", "In-doubt fires found not committed.")
             .sample(fo.in_doubt_not_fired_total);
         m.family("failover_in_doubt_pending", "gauge", "In-doubt fires not resolved yet.").sample(fo.in_doubt_pending);
+        m.family("failover_in_doubt_unknown_total", "counter",
+                 "In-doubt fires that could not be checked (the schema lacks log_timers_in_doubt_v1): not announced.")
+            .sample(fo.in_doubt_unknown_total);
         m.family("failover_in_doubt_timers_announced_total", "counter",
                  "Timers of in-doubt fires announced through on_fired once found committed.")
             .sample(fo.in_doubt_timers_announced_total);

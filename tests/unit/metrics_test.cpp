@@ -238,6 +238,8 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"sleep_ms", "queen_sweeper_sleep_seconds"},
         {"idle_cycles", "queen_sweeper_idle_cycles"},
         {"cycle_errors_total", "queen_sweeper_cycle_errors_total"},
+        {"loop_failures_total", "queen_sweeper_loop_failures_total"},
+        {"inflate_deferred_total", "queen_sweeper_inflate_deferred_total"},
         {"failed_cycles_total", "queen_sweeper_failed_cycles_total"},
         {"consecutive_failed_cycles", "queen_sweeper_consecutive_failed_cycles"},
         {"healthy", "queen_sweeper_healthy"},
@@ -280,6 +282,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"failover.in_doubt.not_fired_total", "queen_sweeper_failover_in_doubt_not_fired_total"},
         {"failover.in_doubt.pending", "queen_sweeper_failover_in_doubt_pending"},
         {"failover.in_doubt.timers_announced_total", "queen_sweeper_failover_in_doubt_timers_announced_total"},
+        {"failover.in_doubt.unknown_total", "queen_sweeper_failover_in_doubt_unknown_total"},
     };
     nlohmann::json j = s.to_json();
     std::set<std::string> leaves;
