@@ -233,6 +233,7 @@ mod layout {
         assert_eq!(size_of::<queen_sweeper_backstop_result>(), 48);
         assert_eq!(size_of::<queen_sweeper_backstop>(), 32);
         assert_eq!(offset_of!(queen_sweeper_api, abi_version), 16);
-        assert_eq!(size_of::<queen_sweeper_api>(), 16 + 18 * 8);
+        // 1.0 had 18 functions; 1.1 appended wait_ready and status_name.
+        assert_eq!(size_of::<queen_sweeper_api>(), 16 + 20 * 8);
     }
 }
