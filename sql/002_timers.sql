@@ -49,7 +49,7 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 --     not measured (2026-11-29): by analogy with queen.log_partitions. Every timer is
 --     inserted, updated at least once (the claim) and deleted (the fire), so the table is
 --     all churn; the defaults (20% dead before a vacuum) would let dead index entries pile
---     up under the (shard, visible_at) index the probe seeks on every cycle.
+--     up under the visible_at index the probe and the claim walk on every cycle.
 --     Measured 2026-11-30 (tests/soak/README.md; `tests/soak/soak --duration 150 --rate R
 --     --sweepers 2 --delay-max 60`, R = 200, 600, 1200; 2 cores shared with other builds,
 --     load 19-27; autovacuum at PostgreSQL's defaults). Symptom looked for: an autovacuum
@@ -114,11 +114,20 @@ BEGIN
 END
 $apply$;
 
--- The only secondary index: the probe's 64 single-row seeks and the claim's per-shard scan.
+-- The only secondary index: (visible_at). The probe's head is its first entry and its due
+-- count a bounded walk from the start; the claim is one ordered walk of it (see the claim).
+-- It replaced (shard, visible_at) in schema version 3: the per-shard loop and the global
+-- cut-off that index needed cost more than half of every claim (measured in
+-- tests/bench/README.md). Both steps below run once, behind catalog checks, so every later
+-- apply stays lock-free; the first apply of version 3 builds the new index (SHARE lock:
+-- writers wait for the build) and then drops the old one (ACCESS EXCLUSIVE, brief).
 DO $apply$
 BEGIN
-    IF to_regclass('queen.log_timers_shard_visible_idx') IS NULL THEN
-        CREATE INDEX log_timers_shard_visible_idx ON queen.log_timers (shard, visible_at);
+    IF to_regclass('queen.log_timers_visible_idx') IS NULL THEN
+        CREATE INDEX log_timers_visible_idx ON queen.log_timers (visible_at);
+    END IF;
+    IF to_regclass('queen.log_timers_shard_visible_idx') IS NOT NULL THEN
+        DROP INDEX queen.log_timers_shard_visible_idx;
     END IF;
 END
 $apply$;
@@ -696,8 +705,9 @@ $fn$;
 -- exists. due: rows with visible_at <= now, counted up to cap (null cap = 2000);
 -- dueCapped: more than cap exist. lateMs: now - smallest visible_at when due > 0, else 0.
 -- fireEnabled = timers_fire_enabled AND NOT maintenance_mode.
--- The minimum is one single-row seek per shard on (shard, visible_at), never a scan; the
--- count is a bounded range scan per shard on the same index.
+-- The minimum is the first entry of the (visible_at) index (with a shard filter, the first
+-- entry of those shards), never a scan; the count is a walk from the index's start that
+-- stops at cap + 1 rows.
 -- Locks: none (no row locks; ACCESS SHARE on the table).
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(p_shards int2[], p_now timestamptz, p_cap int)
 RETURNS jsonb
@@ -706,6 +716,7 @@ SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_shards int2[];
+    v_all    boolean;
     v_cap    int := greatest(coalesce(p_cap, 2000), 0);
     v_head   timestamptz;
     v_due    bigint;
@@ -718,26 +729,22 @@ BEGIN
     SELECT array_agg(DISTINCT s) INTO v_shards
       FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s
      WHERE s BETWEEN 0 AND 63;
+    v_all := coalesce(cardinality(v_shards), 0) = 64;
 
-    SELECT min(h.visible_at) INTO v_head
-      FROM unnest(v_shards) AS s(shard)
-      CROSS JOIN LATERAL (
-            SELECT t.visible_at
-              FROM queen.log_timers t
-             WHERE t.shard = s.shard
-             ORDER BY t.visible_at
-             LIMIT 1) h;
+    IF v_all OR v_shards IS NOT NULL THEN
+        SELECT t.visible_at INTO v_head
+          FROM queen.log_timers t
+         WHERE v_all OR t.shard = ANY (v_shards)
+         ORDER BY t.visible_at
+         LIMIT 1;
+    END IF;
 
     IF v_head IS NOT NULL AND v_head <= p_now THEN
         SELECT count(*) INTO v_due
           FROM (SELECT 1
-                  FROM unnest(v_shards) AS s(shard)
-                  CROSS JOIN LATERAL (
-                        SELECT 1
-                          FROM queen.log_timers t
-                         WHERE t.shard = s.shard AND t.visible_at <= p_now
-                         LIMIT v_cap + 1) d
-                 LIMIT v_cap + 1) x;
+                  FROM queen.log_timers t
+                 WHERE t.visible_at <= p_now AND (v_all OR t.shard = ANY (v_shards))
+                 LIMIT v_cap::bigint + 1) d;
     ELSE
         v_due := 0;
     END IF;
@@ -770,23 +777,27 @@ $fn$;
 --            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
 --            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
 --            attempts int)
--- Takes due rows (visible_at <= now and in nobody's hands), the globally oldest first: a
--- read-only pass finds the instant of the pool-th oldest due row over every shard, then
--- shards are visited in the array's order (null = 0..63; the caller rotates the start),
--- each contributing its rows at or before that instant, oldest first. Candidates
--- are collected up to a pool of 2 * max_rows (max_rows when per_tenant >= max_rows or is
--- null/< 1, where fairness cannot change the choice); from the pool, max_rows rows are
--- chosen ordered by (ceil(rank within tenant / per_tenant), visible_at): each tenant gets
--- per_tenant rows before any tenant gets more, and when the other tenants have nothing the
--- remainder still fills (work-conserving). Fairness holds within the pool; the index is
--- (shard, visible_at) with no tenant in it, so a tenant whose rows are all younger than
--- another tenant's whole pool-sized backlog waits for that backlog's head to move.
+-- Takes due rows (visible_at <= now and in nobody's hands), the globally oldest first, in
+-- ONE walk of the visible_at index: candidates are taken in visible_at order, FOR UPDATE
+-- SKIP LOCKED, up to a pool of 2 * max_rows (max_rows when per_tenant >= max_rows or is
+-- null/< 1, where fairness cannot change the choice). shards: null = every shard (the
+-- sweeper's case); a non-null array restricts the walk to rows of those shards (a filter,
+-- not an order: the walk is oldest-first whatever the array's order). From the pool,
+-- max_rows rows are chosen ordered by (ceil(rank within tenant / per_tenant), visible_at):
+-- each tenant gets per_tenant rows before any tenant gets more, and when the other tenants
+-- have nothing the remainder still fills (work-conserving). Fairness holds within the
+-- pool; the index has no tenant in it, so a tenant whose rows are all younger than another
+-- tenant's whole pool-sized backlog waits for that backlog's head to move.
+-- Concurrent claimers do not queue on the index head: a row another claim holds is
+-- skipped (SKIP LOCKED), and a row another claim has committed has moved to
+-- visible_at = its lease end, out of the walk.
 -- Each claimed row gets its own fresh token and claimed_until = now + lease_ms.
 -- Rows come back in their pre-claim visible_at order; late_ms = now - deliver_at.
 -- Returns nothing when timers_fire_enabled is false or maintenance_mode is true.
 -- Refused with 22023: null now, lease_ms < 1.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); pool rows that
--- are not chosen are held only until the end of the caller's statement.
+-- are not chosen stay locked until the caller's transaction ends (one statement in the
+-- sweeper's call).
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int)
 RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
@@ -798,20 +809,9 @@ SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_shard    int2;
     v_per      int;
     v_pool_cap int;
-    v_cut      timestamptz;
-    v_n        int := 0;
-    v_got      int;
-    v_t        uuid[] := '{}';
-    v_q        text[] := '{}';
-    v_k        text[] := '{}';
-    v_v        timestamptz[] := '{}';
-    v_bt       uuid[];
-    v_bq       text[];
-    v_bk       text[];
-    v_bv       timestamptz[];
+    v_all      boolean;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_claim_v1: now must not be null' USING ERRCODE = '22023';
@@ -828,60 +828,24 @@ BEGIN
         RETURN;
     END IF;
 
+    -- In bigint: 2 * max_rows overflows int past 2^30.
     v_per := CASE WHEN p_per_tenant IS NULL OR p_per_tenant < 1 OR p_per_tenant >= p_max_rows
                   THEN p_max_rows ELSE p_per_tenant END;
-    v_pool_cap := CASE WHEN v_per >= p_max_rows THEN p_max_rows ELSE 2 * p_max_rows END;
-
-    -- Oldest first across all shards, not within the first shards visited: read-only,
-    -- find the instant of the pool_cap-th oldest due row (at most pool_cap index entries
-    -- per shard, 64 seeks), and let each shard contribute only rows at or before it. A
-    -- backlog (a paused fire, a burst) then drains in deliver order, and no shard's
-    -- timers wait behind the shards the rotation happens to visit first.
-    SELECT max(z.v) INTO v_cut
-      FROM (SELECT k.v
-              FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s(sh)
-             CROSS JOIN LATERAL (SELECT t.visible_at AS v
-                                   FROM queen.log_timers t
-                                  WHERE t.shard = s.sh AND t.visible_at <= p_now
-                                  ORDER BY t.visible_at
-                                  LIMIT v_pool_cap) k
-             ORDER BY k.v
-             LIMIT v_pool_cap) z;
-    IF v_cut IS NULL THEN
-        RETURN;
-    END IF;
-
-    FOREACH v_shard IN ARRAY coalesce(p_shards, queen.all_shards_v1()) LOOP
-        EXIT WHEN v_n >= v_pool_cap;
-        SELECT array_agg(c.tenant_id ORDER BY c.visible_at), array_agg(c.queue ORDER BY c.visible_at),
-               array_agg(c.timer_key ORDER BY c.visible_at), array_agg(c.visible_at ORDER BY c.visible_at),
-               count(*)
-          INTO v_bt, v_bq, v_bk, v_bv, v_got
-          FROM (SELECT t.tenant_id, t.queue, t.timer_key, t.visible_at
-                  FROM queen.log_timers t
-                 WHERE t.shard = v_shard
-                   AND t.visible_at <= v_cut
-                   AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
-                 ORDER BY t.visible_at
-                 LIMIT v_pool_cap - v_n
-                   FOR UPDATE SKIP LOCKED) c;
-        IF v_got > 0 THEN
-            v_t := v_t || v_bt;
-            v_q := v_q || v_bq;
-            v_k := v_k || v_bk;
-            v_v := v_v || v_bv;
-            v_n := v_n + v_got;
-        END IF;
-    END LOOP;
-
-    IF v_n = 0 THEN
-        RETURN;
-    END IF;
+    v_pool_cap := least(CASE WHEN v_per >= p_max_rows THEN p_max_rows::bigint
+                             ELSE 2::bigint * p_max_rows END, 2147483647)::int;
+    v_all := p_shards IS NULL
+             OR (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s WHERE s BETWEEN 0 AND 63) = 64;
 
     RETURN QUERY
-    WITH pool AS (
-        SELECT u.ct, u.cq, u.ck, u.cv
-          FROM unnest(v_t, v_q, v_k, v_v) AS u(ct, cq, ck, cv)
+    WITH pool AS MATERIALIZED (
+        SELECT t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv
+          FROM queen.log_timers t
+         WHERE t.visible_at <= p_now
+           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+           AND (v_all OR t.shard = ANY (p_shards))
+         ORDER BY t.visible_at
+         LIMIT v_pool_cap
+           FOR UPDATE SKIP LOCKED
     ), ranked AS (
         SELECT p.ct, p.cq, p.ck, p.cv,
                row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
@@ -911,6 +875,7 @@ BEGIN
      ORDER BY x.cv, x.tenant_id, x.queue, x.timer_key;
 END
 $fn$;
+
 
 -- ---------------------------------------------------------------------------------------
 -- 4. fire

@@ -1,5 +1,5 @@
-// A. PROBE: one read-only call and one server now(). 64 single-row index seeks
-// give the nearest visible_at; a capped count gives the due rows.
+// A. PROBE: one read-only call and one server now(). The first entry of the
+// (visible_at) index gives the nearest visible_at; a capped count gives the due rows.
 #include "sql_args.hpp"
 #include "sweeper.hpp"
 

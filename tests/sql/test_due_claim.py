@@ -73,11 +73,7 @@ def test_probe_switches(q):
     assert q.due()["fireEnabled"] is True
 
 
-def test_probe_is_64_index_seeks_not_a_scan(q, db):
-    schedule_many(q, ["k%05d" % i for i in range(6000)], delay_ms=60000)
-    schedule_many(q, ["due%03d" % i for i in range(20)], delay_ms=0)
-    q.exec("ANALYZE queen.log_timers")
-    notices = []
+def _nested_plans(db, sql, args):
     with db.cursor() as cur:
         cur.execute("LOAD 'auto_explain'")
         cur.execute("SET auto_explain.log_min_duration = 0")
@@ -86,24 +82,56 @@ def test_probe_is_64_index_seeks_not_a_scan(q, db):
         cur.execute("SET auto_explain.log_level = notice")
         cur.execute("SET client_min_messages = notice")
         db.notices.clear()
-        cur.execute("SELECT queen.log_timers_due_v1(%s::int2[], %s, 2000)", (None, NOW))
-        d = cur.fetchone()[0]
+        cur.execute(sql, args)
+        out = cur.fetchall()
         notices = list(db.notices)
         cur.execute("SET auto_explain.log_min_duration = -1")
-    assert d["due"] == 20
-    plans = [n for n in notices if "log_timers" in n and "Query Text" in n]
-    assert plans, notices
-    for plan in plans:
-        if "lateral" not in plan.lower():
-            continue
+    return out, [n for n in notices if "log_timers" in n and "Query Text" in n]
+
+
+def test_probe_is_one_index_walk_not_a_scan(q, db):
+    schedule_many(q, ["k%05d" % i for i in range(6000)], delay_ms=60000)
+    schedule_many(q, ["due%03d" % i for i in range(20)], delay_ms=0)
+    q.exec("ANALYZE queen.log_timers")
+    out, plans = _nested_plans(db, "SELECT queen.log_timers_due_v1(%s::int2[], %s, 2000)", (None, NOW))
+    d = out[0][0]
+    assert d["due"] == 20 and d["nextInMs"] == 0
+    walks = [p for p in plans if "FROM queen.log_timers t" in p]
+    assert len(walks) == 2, plans
+    for plan in walks:
         assert "Seq Scan on log_timers" not in plan, plan
-        assert "log_timers_shard_visible_idx" in plan, plan
-    head = [p for p in plans if "ORDER BY t.visible_at" in p and "LIMIT 1" in p]
-    assert head, plans
-    # One single-row seek per shard: 64 loops, at most one row each.
-    assert "loops=64" in head[0], head[0]
-    assert "Index Only Scan using log_timers_shard_visible_idx" in head[0] or \
-           "Index Scan using log_timers_shard_visible_idx" in head[0]
+        assert "log_timers_visible_idx" in plan, plan
+    # The head is the index's first entry (one row read), the count stops at the due rows:
+    # neither reads the 6,000 rows due later.
+    head = [p for p in walks if "LIMIT 1" in p][0]
+    assert "rows=1 loops=1" in head, head
+    count = [p for p in walks if "count(*)" in p][0]
+    assert "rows=20 loops=1" in count, count
+
+
+def test_claim_is_one_ordered_index_walk(q, db):
+    schedule_many(q, ["k%05d" % i for i in range(3000)], delay_ms=60000)
+    schedule_many(q, ["due%03d" % i for i in range(30)], delay_ms=0)
+    q.exec("ANALYZE queen.log_timers")
+    out, plans = _nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 10, 50)",
+                               (None, NOW))
+    assert len(out) == 10
+    walk = [p for p in plans if "WITH pool" in p]
+    assert len(walk) == 1, plans
+    plan = walk[0]
+    assert "Seq Scan on log_timers" not in plan, plan
+    assert "Index Scan using log_timers_visible_idx" in plan, plan
+    # No sort of candidates ahead of the lock: the index order is the claim order, and the
+    # walk stops at the pool instead of reading every due row: max_rows here (per_tenant 50
+    # >= max_rows 10, so fairness cannot change the choice), 2 * max_rows with it on.
+    lock = plan[plan.index("LockRows"):]
+    assert "rows=10 loops=1" in lock.splitlines()[0], plan
+    out, plans = _nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 8, 2)",
+                               (None, NOW))
+    assert len(out) == 8
+    plan = [p for p in plans if "WITH pool" in p][0]
+    lock = plan[plan.index("LockRows"):]
+    assert "rows=16 loops=1" in lock.splitlines()[0], plan
 
 
 # ---------------------------------------------------------------------------------------
@@ -201,7 +229,7 @@ def test_claim_without_fairness_cap_still_fills(q):
     assert len(q.claim(max_rows=8, per_tenant=None)) == 8
 
 
-def test_claim_visits_only_the_given_shards_in_order(q):
+def test_claim_takes_only_rows_of_the_given_shards(q):
     schedule_many(q, ["k%03d" % i for i in range(200)])
     shards = q.all("SELECT DISTINCT shard FROM queen.log_timers ORDER BY shard")
     first, second = shards[0]["shard"], shards[1]["shard"]

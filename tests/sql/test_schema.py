@@ -89,7 +89,7 @@ def test_log_timers_shape(q):
     idx = q.all("""SELECT indexrelid::regclass::text AS name, indisprimary
                      FROM pg_index WHERE indrelid = 'queen.log_timers'::regclass""")
     secondary = [r["name"] for r in idx if not r["indisprimary"]]
-    assert secondary == ["queen.log_timers_shard_visible_idx"]
+    assert secondary == ["queen.log_timers_visible_idx"]
     opts = q.one("SELECT reloptions FROM pg_class WHERE oid = 'queen.log_timers'::regclass")
     assert "fillfactor=100" in opts and "vacuum_truncate=off" in opts
     assert any(o.startswith("autovacuum_vacuum_scale_factor=") for o in opts)
