@@ -43,7 +43,8 @@ def ensure_library() -> str:
     lib = os.path.join(build, "libqueen_sweeper.so")
     if not os.path.isfile(lib):
         say(f"# building the library into {build} (missing libqueen_sweeper.so)")
-        subprocess.run(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo"],
+        subprocess.run(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                        "-DQUEEN_SWEEPER_TESTS=OFF"],
                        check=True, stdout=subprocess.DEVNULL)
         subprocess.run(["cmake", "--build", build, "-j2", "--target", "queen_sweeper"], check=True,
                        stdout=subprocess.DEVNULL)
@@ -84,6 +85,25 @@ def ensure_database() -> str:
             os.environ[name] = value
     say(f"# started a throwaway PostgreSQL in {pgdir} (stopped at exit)")
     return os.environ["QUEEN_TEST_CONNINFO"]
+
+
+def sweeper_conninfo(default: str) -> tuple:
+    """(conninfo, role) for a sweeper: the least-privilege LOGIN role tests/pg creates
+    (QUEEN_TEST_SWEEPER_CONNINFO, a member of queen_sweeper only) when it is set, else the
+    given conninfo (role None)."""
+    ci = os.environ.get("QUEEN_TEST_SWEEPER_CONNINFO")
+    if ci:
+        return ci, conninfo_fields(ci).get("user")
+    return default, None
+
+
+def conninfo_fields(conninfo: str) -> dict:
+    """key=value pairs of a libpq conninfo string (no URIs)."""
+    out = {}
+    for item in shlex.split(conninfo):
+        key, _, value = item.partition("=")
+        out[key.strip()] = value
+    return out
 
 
 def connect(conninfo: str, autocommit: bool = True):
