@@ -838,7 +838,7 @@ BEGIN
 
     RETURN QUERY
     WITH pool AS MATERIALIZED (
-        SELECT t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv
+        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv
           FROM queen.log_timers t
          WHERE t.visible_at <= p_now
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
@@ -847,11 +847,11 @@ BEGIN
          LIMIT v_pool_cap
            FOR UPDATE SKIP LOCKED
     ), ranked AS (
-        SELECT p.ct, p.cq, p.ck, p.cv,
+        SELECT p.tid, p.ct, p.cq, p.ck, p.cv,
                row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
           FROM pool p
     ), chosen AS (
-        SELECT r.ct, r.cq, r.ck, r.cv
+        SELECT r.tid, r.ct, r.cq, r.ck, r.cv
           FROM ranked r
          ORDER BY (r.rn - 1) / v_per, r.cv, r.ct, r.cq COLLATE "C", r.ck COLLATE "C"
          LIMIT p_max_rows
@@ -860,11 +860,14 @@ BEGIN
            SET claim_token = gen_random_uuid(),
                claimed_until = p_now + p_lease_ms * interval '1 millisecond',
                updated_at = p_now
-          FROM chosen c
-         WHERE t.tenant_id = c.ct AND t.queue = c.cq AND t.timer_key = c.ck
+         -- By the row's address (a TID scan): the row is locked by this statement, so its
+         -- address cannot change under us, and the planner can never turn this into a
+         -- join over the whole table (a hash join over a sequential scan, seen at 2,000
+         -- rows). The keys are matched again below.
+         WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
                   t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
-                  t.attempts, c.cv
+                  t.attempts
     )
     SELECT x.tenant_id, x.queue::text, x.timer_key::text, x.partition::text, x.txn, x.message_id,
            x.payload, x.payload_zstd, x.encrypted, x.producer_sub, x.claim_token,
@@ -872,7 +875,8 @@ BEGIN
            floor(extract(epoch FROM (p_now - x.deliver_at)) * 1000)::bigint,
            x.attempts
       FROM claimed x
-     ORDER BY x.cv, x.tenant_id, x.queue, x.timer_key;
+      JOIN chosen c ON c.ct = x.tenant_id AND c.cq = x.queue AND c.ck = x.timer_key
+     ORDER BY c.cv, x.tenant_id, x.queue, x.timer_key;
 END
 $fn$;
 
