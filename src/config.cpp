@@ -51,6 +51,7 @@ const std::vector<Knob> &knobs() {
         I("sweeper_empty_claim_max_ms", &Config::sweeper_empty_claim_max_ms, 0, 3600000),
         I("sweeper_lease_ms", &Config::sweeper_lease_ms, 100, kDay),
         I("sweeper_claim_batch", &Config::sweeper_claim_batch, 1, 100000),
+        I("sweeper_claim_batch_max", &Config::sweeper_claim_batch_max, 1, 100000),
         I("sweeper_cycle_max_rows", &Config::sweeper_cycle_max_rows, 1, 10000000),
         I("sweeper_due_cap", &Config::sweeper_due_cap, 1, 10000000),
         I("sweeper_max_fire_bytes", &Config::sweeper_max_fire_bytes, 1024, int64_t(1) << 30),

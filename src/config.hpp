@@ -18,6 +18,9 @@ struct Config {
     int64_t sweeper_empty_claim_max_ms = 200;
     int64_t sweeper_lease_ms = 30000;
     int64_t sweeper_claim_batch = 200;
+    // While a backlog lasts and each claim is fired well inside the lease and the byte cap,
+    // the claim doubles from sweeper_claim_batch up to this (never below the batch).
+    int64_t sweeper_claim_batch_max = 2000;
     int64_t sweeper_cycle_max_rows = 5000;
     int64_t sweeper_due_cap = 2000;
     int64_t sweeper_max_fire_bytes = 8 * 1024 * 1024;

@@ -264,6 +264,7 @@ Task<int64_t> Sweeper::cycle() {
     const int64_t prev_pressure = pressure_;
     pressure_ = capped ? pressure_ + 1 : 0;
     slow_pressure_ = out_of_time ? slow_pressure_ + 1 : 0;
+    if (out_of_time) set_claim_batch(cfg_.sweeper_claim_batch);  // a slow database: back to the base batch
     if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
         log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
                  "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +

@@ -2,9 +2,9 @@
 // firing afterwards lets the first batch's lease expire before the last fire
 // commits under load, and two brokers then steal work from each other (a
 // livelock that shows only as "the sweeper is slow"). So every worker claims a
-// batch, packs it outside any transaction, fires it, and only then claims again,
-// and all of them stop claiming once the pass has spent half the lease or the
-// cycle's row budget.
+// batch, packs it outside any transaction and fires it, with at most one more
+// claim in flight meanwhile (drain_worker), and all of them stop claiming once the
+// pass has spent half the lease or the cycle's row budget.
 #include "classify.hpp"
 #include "codec.hpp"
 #include "sql_args.hpp"
@@ -51,134 +51,236 @@ Task<Sweeper::DrainResult> Sweeper::drain(std::vector<int16_t> shards, int64_t r
     co_return acc;
 }
 
-Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
-                                 uint64_t deadline) {
-    while (!stopping_.load() && !acc.failed && rows_left > 0 && uv_now(&loop_) < deadline) {
-        const int64_t want = std::min(cfg_.sweeper_claim_batch, rows_left);
-        rows_left -= want;  // reserved, so parallel workers share one budget
-        Query q;
-        q.sql = "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, "
-                "payload_zstd, encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts "
-                "FROM queen.log_timers_claim_v1($1::int2[], now(), $2::int, $3::int, $4::int)";
-        q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_lease_ms)),
-                    text_param(std::to_string(want)), text_param(std::to_string(cfg_.sweeper_fire_rate_per_tenant))};
-        q.timeout_ms = cfg_.stmt_timeout_ms;
-        PgResult r = co_await pool_->query(Lane::maint, std::move(q));
-        if (!r.ok) {
-            rows_left += want;
-            acc.failed = true;
-            if (no_answer(r)) note_lost("claim", r);
-            cycle_failed("claim", r);
-            co_return;
-        }
-        const int got = r.rows();
-        rows_left += want - got;
-        const uint64_t claimed_at = uv_now(&loop_);
+// One claim call: reserve nothing (the caller did), send, decode every row (checked), and
+// register each claimed row in held_ at once, so a stop or a lost fire hands it back
+// whether or not it was ever packed.
+Task<void> Sweeper::claim_rows(const std::vector<int16_t> &shards, int64_t want, ClaimCall &out) {
+    out.want = want;
+    out.started = uv_now(&loop_);
+    Query q;
+    q.sql = "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, "
+            "payload_zstd, encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts "
+            "FROM queen.log_timers_claim_v1($1::int2[], now(), $2::int, $3::int, $4::int)";
+    q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_lease_ms)),
+                text_param(std::to_string(want)), text_param(std::to_string(cfg_.sweeper_fire_rate_per_tenant))};
+    q.timeout_ms = cfg_.stmt_timeout_ms;
+    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+    if (!r.ok) {
+        out.error = std::move(r);
+        co_return;
+    }
+    out.ok = true;
+    const int got = r.rows();
+    const uint64_t claimed_at = uv_now(&loop_);
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        ++stats_.f.claims_total;
+        stats_.f.claimed_total += got;
+    }
+    out.rows.resize(static_cast<size_t>(got));
+    // Every decode is checked: a value that does not read back as written (a session
+    // setting the pin missed, a server that answers differently) must never become an
+    // empty payload fired without a word, nor an exception that ends the loop.
+    for (int i = 0; i < got; ++i) {
+        ClaimedTimer &t = out.rows[static_cast<size_t>(i)];
+        t.tenant = r.get(i, 0);
+        t.queue = r.get(i, 1);
+        t.timer_key = r.get(i, 2);
+        t.partition = r.get(i, 3);
+        t.txn = r.get(i, 4);
+        t.claim_token = r.get(i, 10);
+        held_[{t.tenant, t.queue, t.timer_key}] = t.claim_token;
+        int64_t late = 0, attempts = 0;
+        if (!parse_uuid(r.get(i, 5), t.message_id)) out.undecodable = "message_id";
+        else if (!pg_bytea_from_text(r.get(i, 6), t.payload)) out.undecodable = "payload (bytea)";
+        else if (!parse_i64(r.get(i, 11), t.deliver_at_ms)) out.undecodable = "deliver_at_ms";
+        else if (!parse_i64(r.get(i, 12), late)) out.undecodable = "late_ms";
+        else if (!parse_i64(r.get(i, 13), attempts)) out.undecodable = "attempts";
+        t.payload_zstd = r.get(i, 7) == "t";
+        t.encrypted = r.get(i, 8) == "t";
+        if (!r.is_null(i, 9)) t.producer_sub = r.get(i, 9);
+        // Lateness at fire time = lateness at claim + time spent since the claim,
+        // measured on the loop's monotonic clock, so no two clocks are compared.
+        t.late_ms = late - static_cast<int64_t>(claimed_at);
+        t.attempts = static_cast<int>(attempts);
+    }
+}
+
+// Hands every row of a claim that this sweeper still holds back to the table (token
+// matched, no attempt spent) and forgets it.
+Task<void> Sweeper::hand_back_claim(std::vector<ClaimedTimer> &rows) {
+    std::vector<size_t> still;
+    for (size_t i = 0; i < rows.size(); ++i)
+        if (held_.count({rows[i].tenant, rows[i].queue, rows[i].timer_key})) still.push_back(i);
+    if (still.empty()) co_return;
+    co_await release_rows(rows, still, static_cast<int64_t>(still.size()));
+    for (size_t idx : still) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+}
+
+// Packs and fires one decoded claim: rejects, deferrals, then its fire batches in order.
+// Sets ok = false when the drain must end (an unreadable claim, a class-42 fire error, a
+// stop); the claim's rows are then handed back or left in held_ for the stop to hand back.
+Task<void> Sweeper::fire_claim(ClaimCall &c, DrainResult &acc, bool &ok, size_t &packed_bytes) {
+    std::vector<ClaimedTimer> &rows = c.rows;
+    if (!c.undecodable.empty()) {
+        // Not the timers' fault: hand the whole claim back (no attempt spent) and back off.
+        co_await hand_back_claim(rows);
+        PgResult bad;
+        bad.message = "the claim's answer has an unreadable " + c.undecodable +
+                      " column; the claim was handed back untouched";
+        log_.error(bad.message);
+        acc.failed = true;
+        cycle_failed("claim", bad);
+        ok = false;
+        co_return;
+    }
+    PackResult packed = pack_timers(rows, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
+    for (auto &b : packed.batches) packed_bytes += b.bytes;
+    if (!packed.rejected.empty()) {
+        std::vector<size_t> which;
+        for (auto &[idx, reason] : packed.rejected) which.push_back(idx);
         {
             std::lock_guard<std::mutex> g(stats_.mu);
-            ++stats_.f.claims_total;
-            stats_.f.claimed_total += got;
-            if (got == 0 && acc.claimed == 0) ++stats_.f.empty_claims_total;
+            stats_.f.rejected_total += static_cast<int64_t>(which.size());
         }
+        log_.warn(std::to_string(which.size()) + " claimed timer(s) cannot be framed (" +
+                  packed.rejected.front().second + (which.size() > 1 ? ", ..." : "") +
+                  "); failing them as permanent, each with its own reason");
+        // Each timer fails with its own reason: one fail call per distinct reason.
+        std::map<std::string, std::vector<size_t>> by_reason;
+        for (auto &[idx, reason] : packed.rejected) by_reason[reason].push_back(idx);
+        for (auto &[reason, idxs] : by_reason) co_await fail_rows(rows, idxs, "cannot be framed: " + reason, "permanent");
+    }
+    if (!packed.deferred.empty()) {
+        // Over this call's inflation budget: handed back untouched, taken first next time.
+        co_await release_rows(rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()));
+        for (size_t idx : packed.deferred) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.inflate_deferred_total += static_cast<int64_t>(packed.deferred.size());
+    }
+    for (auto &batch : packed.batches) {
+        // A requested stop finishes the transaction in flight and fires nothing
+        // more: the rest of the claim stays in held_ and is handed back at once.
+        if (stopping_.load()) {
+            ok = false;
+            co_return;
+        }
+        co_await fire_batch(rows, batch, false, false);
+        if (fire_config_failed_) break;
+    }
+    if (fire_config_failed_) {
+        // The rest of this claim goes back too, untouched; the cycle backs off.
+        fire_config_failed_ = false;
+        co_await hand_back_claim(rows);
+        log_.error("fire refused by the database (configuration, SQLSTATE " + fire_config_error_.sqlstate +
+                   "): " + fire_config_error_.message +
+                   "; no timer spends an attempt on it, the claims were handed back, the fire backs off "
+                   "until the privilege or schema is fixed");
+        acc.failed = true;
+        cycle_failed("fire", fire_config_error_);
+        ok = false;
+    }
+}
+
+// The next claim overlaps the current fire: while claim k is packed and fired on one
+// maintenance-lane connection, claim k+1 runs on a second one, so the database's claim
+// work and the fire's (and the client's packing) proceed side by side instead of in turn.
+// There is still one fire at a time per worker (the design document's parallelism
+// default), the fires still commit in claim order, on_fired still follows each commit,
+// and the budget (rows and half the lease) is reserved before each claim is sent. The
+// next claim is sent only after a full claim (a backlog) and never once a stop is asked.
+Task<void> Sweeper::drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
+                                 uint64_t deadline) {
+    bool whole = false;  // the last reservation asked for a whole batch (not a budget's rest)
+    auto next_want = [&]() -> int64_t {
+        if (stopping_.load() || acc.failed || rows_left <= 0 || uv_now(&loop_) >= deadline) return 0;
+        if (claim_batch_now_ < cfg_.sweeper_claim_batch) claim_batch_now_ = cfg_.sweeper_claim_batch;
+        const int64_t want = std::min(claim_batch_now_, rows_left);
+        rows_left -= want;  // reserved, so parallel workers share one budget
+        whole = want == claim_batch_now_;
+        return want;
+    };
+    const int64_t want = next_want();
+    if (want == 0) co_return;
+    ClaimCall cur;
+    cur.whole = whole;
+    co_await claim_rows(shards, want, cur);
+    for (;;) {
+        if (!cur.ok) {
+            rows_left += cur.want;
+            acc.failed = true;
+            if (no_answer(cur.error)) note_lost("claim", cur.error);
+            cycle_failed("claim", cur.error);
+            co_return;
+        }
+        const int64_t got = static_cast<int64_t>(cur.rows.size());
+        rows_left += cur.want - got;
+        if (got < cur.want) set_claim_batch(cfg_.sweeper_claim_batch);  // the backlog is over
         if (got == 0) {
-            if (acc.claimed == 0) acc.empty_claim = true;
+            if (acc.claimed == 0) {
+                acc.empty_claim = true;
+                std::lock_guard<std::mutex> g(stats_.mu);
+                ++stats_.f.empty_claims_total;
+            }
             co_return;
         }
         acc.claimed += got;
-        std::vector<ClaimedTimer> rows(static_cast<size_t>(got));
-        // Every decode is checked: a value that does not read back as written (a session
-        // setting the pin missed, a server that answers differently) must never become an
-        // empty payload fired without a word, nor an exception that ends the loop.
-        std::string undecodable;
-        for (int i = 0; i < got; ++i) {
-            ClaimedTimer &t = rows[static_cast<size_t>(i)];
-            t.tenant = r.get(i, 0);
-            t.queue = r.get(i, 1);
-            t.timer_key = r.get(i, 2);
-            t.partition = r.get(i, 3);
-            t.txn = r.get(i, 4);
-            t.claim_token = r.get(i, 10);
-            held_[{t.tenant, t.queue, t.timer_key}] = t.claim_token;
-            int64_t late = 0, attempts = 0;
-            if (!parse_uuid(r.get(i, 5), t.message_id)) undecodable = "message_id";
-            else if (!pg_bytea_from_text(r.get(i, 6), t.payload)) undecodable = "payload (bytea)";
-            else if (!parse_i64(r.get(i, 11), t.deliver_at_ms)) undecodable = "deliver_at_ms";
-            else if (!parse_i64(r.get(i, 12), late)) undecodable = "late_ms";
-            else if (!parse_i64(r.get(i, 13), attempts)) undecodable = "attempts";
-            t.payload_zstd = r.get(i, 7) == "t";
-            t.encrypted = r.get(i, 8) == "t";
-            if (!r.is_null(i, 9)) t.producer_sub = r.get(i, 9);
-            // Lateness at fire time = lateness at claim + time spent since the claim,
-            // measured on the loop's monotonic clock, so no two clocks are compared.
-            t.late_ms = late - static_cast<int64_t>(claimed_at);
-            t.attempts = static_cast<int>(attempts);
+        bool ok = true;
+        size_t packed_bytes = 0;
+        ClaimCall next;
+        const int64_t ahead = (got == cur.want && cur.undecodable.empty()) ? next_want() : 0;
+        next.whole = whole;
+        if (ahead > 0) {
+            std::vector<Task<void>> both;
+            both.push_back(fire_claim(cur, acc, ok, packed_bytes));
+            both.push_back(claim_rows(shards, ahead, next));
+            co_await join_all(std::move(both));
+        } else {
+            co_await fire_claim(cur, acc, ok, packed_bytes);
         }
-        if (!undecodable.empty()) {
-            // Not the timers' fault: hand the whole claim back (no attempt spent) and back off.
-            std::vector<size_t> all(rows.size());
-            for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-            co_await release_rows(rows, all, static_cast<int64_t>(all.size()));
-            for (auto &t : rows) held_.erase({t.tenant, t.queue, t.timer_key});
-            PgResult bad;
-            bad.message = "the claim's answer has an unreadable " + undecodable +
-                          " column; the claim was handed back untouched";
-            log_.error(bad.message);
-            acc.failed = true;
-            cycle_failed("claim", bad);
-            co_return;
-        }
-        r = PgResult{};  // the claim's result can be large: free it before packing
-        PackResult packed = pack_timers(rows, static_cast<size_t>(cfg_.sweeper_max_fire_bytes));
-        if (!packed.rejected.empty()) {
-            std::vector<size_t> which;
-            for (auto &[idx, reason] : packed.rejected) which.push_back(idx);
-            {
-                std::lock_guard<std::mutex> g(stats_.mu);
-                stats_.f.rejected_total += static_cast<int64_t>(which.size());
+        if (!ok) {
+            // The drain ends here. A claim already taken ahead goes back at once, unless a
+            // stop is under way (held_ then hands everything back together).
+            if (ahead > 0) {
+                rows_left += ahead - static_cast<int64_t>(next.rows.size());
+                if (next.ok && !stopping_.load()) co_await hand_back_claim(next.rows);
+                if (!next.ok && no_answer(next.error)) note_lost("claim", next.error);
             }
-            log_.warn(std::to_string(which.size()) + " claimed timer(s) cannot be framed (" +
-                      packed.rejected.front().second + (which.size() > 1 ? ", ..." : "") +
-                      "); failing them as permanent, each with its own reason");
-            // Each timer fails with its own reason: one fail call per distinct reason.
-            std::map<std::string, std::vector<size_t>> by_reason;
-            for (auto &[idx, reason] : packed.rejected) by_reason[reason].push_back(idx);
-            for (auto &[reason, idxs] : by_reason) co_await fail_rows(rows, idxs, "cannot be framed: " + reason, "permanent");
-        }
-        if (!packed.deferred.empty()) {
-            // Over this call's inflation budget: handed back untouched, taken first next time.
-            co_await release_rows(rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()));
-            for (size_t idx : packed.deferred) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
-            std::lock_guard<std::mutex> g(stats_.mu);
-            stats_.f.inflate_deferred_total += static_cast<int64_t>(packed.deferred.size());
-        }
-        for (auto &batch : packed.batches) {
-            // A requested stop finishes the transaction in flight and fires nothing
-            // more: the rest of the claim stays in held_ and is handed back at once.
-            if (stopping_.load()) co_return;
-            co_await fire_batch(rows, batch, false, false);
-            if (fire_config_failed_) break;
-        }
-        if (fire_config_failed_) {
-            // The rest of this claim goes back too, untouched; the cycle backs off.
-            fire_config_failed_ = false;
-            std::vector<size_t> still;
-            for (size_t i = 0; i < rows.size(); ++i)
-                if (held_.count({rows[i].tenant, rows[i].queue, rows[i].timer_key})) still.push_back(i);
-            if (!still.empty()) {
-                co_await release_rows(rows, still, static_cast<int64_t>(still.size()));
-                for (size_t idx : still) held_.erase({rows[idx].tenant, rows[idx].queue, rows[idx].timer_key});
-            }
-            log_.error("fire refused by the database (configuration, SQLSTATE " + fire_config_error_.sqlstate +
-                       "): " + fire_config_error_.message +
-                       "; no timer spends an attempt on it, the claims were handed back, the fire backs off "
-                       "until the privilege or schema is fixed");
-            acc.failed = true;
-            cycle_failed("fire", fire_config_error_);
             co_return;
         }
         acc.moved += got;
-        if (got < want) co_return;  // nothing more is due for us right now
+        if (cur.whole) adapt_claim_batch(uv_now(&loop_) - cur.started, packed_bytes);
+        if (ahead == 0) co_return;  // nothing more is due for us, or the budget is spent
+        cur = std::move(next);
     }
+}
+
+// A full claim that was packed and fired in well under its share of the lease, in well
+// under one fire transaction's byte cap, says a backlog is being drained faster than the
+// batch lets it: double the batch (up to sweeper_claim_batch_max). Every claim and fire
+// call costs a round trip, four pinned statements and a plan start whatever its size, so
+// bigger batches cut the per-row cost (tests/bench/README.md has the figures). A slow one
+// halves it again; a claim that comes back short (the backlog is over) resets it.
+// Limits, so nothing the sweeper promises is traded for speed:
+//  - time: grow only under lease/16 for claim + pack + fire, shrink over lease/8; the
+//    drain's budget is lease/2, so a grown batch can never eat it in one step;
+//  - bytes: grow only while the claim packed into at most half of sweeper_max_fire_bytes,
+//    so a grown claim still fits one fire transaction;
+//  - per-tenant fairness is per claim (sweeper_fire_rate_per_tenant rows each before any
+//    tenant gets more) and holds at any batch size.
+void Sweeper::adapt_claim_batch(uint64_t elapsed_ms, size_t packed_bytes) {
+    const uint64_t lease = static_cast<uint64_t>(cfg_.sweeper_lease_ms);
+    const int64_t ceiling = std::max(cfg_.sweeper_claim_batch, cfg_.sweeper_claim_batch_max);
+    if (elapsed_ms * 8 > lease || packed_bytes > static_cast<size_t>(cfg_.sweeper_max_fire_bytes))
+        set_claim_batch(std::max(cfg_.sweeper_claim_batch, claim_batch_now_ / 2));
+    else if (elapsed_ms * 16 < lease && packed_bytes * 2 <= static_cast<size_t>(cfg_.sweeper_max_fire_bytes))
+        set_claim_batch(std::min(ceiling, claim_batch_now_ * 2));
+}
+
+void Sweeper::set_claim_batch(int64_t rows) {
+    claim_batch_now_ = rows;
+    std::lock_guard<std::mutex> g(stats_.mu);
+    stats_.f.claim_batch = rows;
 }
 
 Task<void> Sweeper::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait) {

@@ -65,6 +65,7 @@ nlohmann::json Stats::to_json() {
     j["claims_total"] = x.claims_total;
     j["claimed_total"] = x.claimed_total;
     j["empty_claims_total"] = x.empty_claims_total;
+    j["claim_batch"] = x.claim_batch;
     j["fired_total"] = x.fired_total;
     j["fired_segments_total"] = x.fired_segments_total;
     j["stale_total"] = x.stale_total;
@@ -324,6 +325,9 @@ std::string Stats::to_prometheus() {
     m.family("fire_paused_cycles_total", "counter", "Cycles in which a switch paused the fire.")
         .sample(x.fire_paused_cycles_total);
     m.family("claims_total", "counter", "Claim calls.").sample(x.claims_total);
+    m.family("claim_batch", "gauge", "Rows the next claim asks for; grows from sweeper_claim_batch toward "
+             "sweeper_claim_batch_max while a backlog lasts.")
+        .sample(x.claim_batch);
     m.family("claimed_total", "counter", "Timer rows claimed.").sample(x.claimed_total);
     m.family("empty_claims_total", "counter", "Claims that took nothing while work was due.")
         .sample(x.empty_claims_total);

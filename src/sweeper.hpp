@@ -95,6 +95,20 @@ private:
         bool failed = false;
     };
     Task<DrainResult> drain(std::vector<int16_t> shards, int64_t row_budget);
+    struct ClaimCall {
+        int64_t want = 0;
+        bool whole = false;    // asked for a whole batch (not the rest of a budget)
+        uint64_t started = 0;  // loop clock when the claim was sent
+        bool ok = false;
+        PgResult error;                  // when !ok
+        std::vector<ClaimedTimer> rows;  // decoded, each registered in held_
+        std::string undecodable;         // a column that did not decode (the claim goes back)
+    };
+    Task<void> claim_rows(const std::vector<int16_t> &shards, int64_t want, ClaimCall &out);
+    Task<void> fire_claim(ClaimCall &c, DrainResult &acc, bool &ok, size_t &packed_bytes);
+    Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows);
+    void adapt_claim_batch(uint64_t elapsed_ms, size_t packed_bytes);
+    void set_claim_batch(int64_t rows);
     Task<void> drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
                             uint64_t deadline_mono_ms);
     Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait);
@@ -189,6 +203,7 @@ private:
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
+    int64_t claim_batch_now_ = 0;  // 0 until the first drain: then sweeper_claim_batch (drain.cpp)
     bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
     uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
     double last_quota_ratio_ = 0;

@@ -24,6 +24,8 @@ def test_byte_cap_splits_one_claim_into_several_transactions(q, sweepers):
     h = sweepers("bytecap", sweeper_max_fire_bytes=CAP, sweeper_claim_batch=200)
     h.start()
     wait_for(lambda: q.timers_left() == 0, 15, 0.05, "the byte-capped fire")
+    # The table empties at the last commit; the counters follow when its answer is read.
+    wait_for(lambda: h.stats()["fired_total"] == n, 5, 0.02, "the last fire's answer")
     st = h.stats()
     assert_clean_stop(h)
     print(f"\n[byte cap] claims {st['claims_total']} (claimed {st['claimed_total']}), fire txns "

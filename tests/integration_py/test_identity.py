@@ -78,6 +78,9 @@ def test_the_sweeper_only_uses_the_maintenance_lane(q, sweepers):
         "        now() - interval '1 second' FROM generate_series(1, 20) g")
     wait_for(lambda: q.timers_left() == 0, 10, 0.02, "the fire")
     wait_for(lambda: q.one("SELECT count(*) FROM queen.kv") == 0, 10, 0.05, "the KV prune")
+    # The tables empty at each commit; the counters follow when its answer is read.
+    wait_for(lambda: h.stats()["fired_total"] == 30 and h.stats()["kv_deleted_total"] == 20, 5, 0.02,
+             "the answers to be counted")
     st = h.stats()
     assert_clean_stop(h)
     lanes = st["pool"]["lanes"]

@@ -24,7 +24,9 @@ def test_cancel_racing_the_claim_answers_the_truth(q, sweepers, connections):
     queue = "cancel-race"
     n = 600
     keys = [f"k{i:04d}" for i in range(n)]
-    h = sweepers("cancel-race", sweeper_claim_batch=50, sweeper_max_sleep_ms=50)
+    # Small batches held at 10 (no growth): grown batches fire all 600 before the cancels start,
+    # and the race this test is about never happens.
+    h = sweepers("cancel-race", sweeper_claim_batch=10, sweeper_claim_batch_max=10, sweeper_max_sleep_ms=50)
     h.start()
     wait_for(lambda: h.stats()["cycles_total"] >= 1, 10, 0.02, "the first cycle")
     res = q.schedule([op_schedule(queue, k, k.encode(), partition=f"p{i % 6}", delay_ms=400)

@@ -193,6 +193,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"cycles_total", "queen_sweeper_cycles_total"},
         {"probes_total", "queen_sweeper_probes_total"},
         {"claims_total", "queen_sweeper_claims_total"},
+        {"claim_batch", "queen_sweeper_claim_batch"},
         {"claimed_total", "queen_sweeper_claimed_total"},
         {"empty_claims_total", "queen_sweeper_empty_claims_total"},
         {"fired_total", "queen_sweeper_fired_total"},
