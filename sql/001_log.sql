@@ -29,8 +29,8 @@ CREATE TABLE IF NOT EXISTS queen.schema_apply (
 
 -- The apply mutex: a second concurrent apply waits here until the first commits, then
 -- finds every object in place. Harmless under `psql -f` (autocommit: released at once).
--- apply_count counts applications of this file; 002-004 take the same row lock without
--- counting.
+-- apply_count counts applications of this file; the later files take the same row lock
+-- without counting.
 INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
 ON CONFLICT (id) DO UPDATE

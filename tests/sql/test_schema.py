@@ -27,8 +27,8 @@ def strip_comments(text):
 
 def test_files_are_numbered_and_complete():
     names = [os.path.basename(p) for p in sql_files()]
-    assert names == ["001_log.sql", "002_timers.sql", "003_kv.sql", "004_kv_maintenance.sql",
-                     "005_roles.sql", "006_version.sql"]
+    assert names == ["001_log.sql", "002_timers.sql", "003_fire.sql", "004_kv.sql",
+                     "005_kv_maintenance.sql", "006_roles.sql", "007_version.sql"]
 
 
 def test_no_listen_notify_outside_comments():
@@ -267,7 +267,7 @@ def test_broker_serves_without_the_maintenance_file(connections):
     try:
         conn = connect(dbname=name)
         try:
-            files = [p for p in sql_files() if not p.endswith("004_kv_maintenance.sql")]
+            files = [p for p in sql_files() if not p.endswith("005_kv_maintenance.sql")]
             apply_schema(conn, files)
             apply_schema(conn, files)
             qq = Queen(conn)
