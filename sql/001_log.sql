@@ -333,10 +333,6 @@ DECLARE
     v_pr_e  int[];
     v_x     int;
 BEGIN
-    append := array_fill(false, ARRAY[v_n]);
-    FOR v_x IN 1 .. v_n LOOP
-        append[v_x] := p_last_offsets[v_x] IS NOT NULL;
-    END LOOP;
     -- One primary-key probe per frame (LATERAL ... LIMIT 1): a plain join here gets a
     -- cached generic plan that hashes the whole index table, and the fire then slows down
     -- in proportion to everything ever fired into the queue.
@@ -345,7 +341,7 @@ BEGIN
                substring(p_hashes[g.i] FROM 16 * k.k + 1 FOR 16) AS hash
           FROM generate_series(1, v_n) AS g(i)
          CROSS JOIN LATERAL generate_series(0, p_counts[g.i] - 1) AS k(k)
-         WHERE append[g.i]),
+         WHERE p_last_offsets[g.i] IS NOT NULL),
     hit AS MATERIALIZED (
         SELECT f.i, f.k
           FROM f
@@ -360,11 +356,12 @@ BEGIN
           FROM f a
           JOIN f b ON b.qid = a.qid AND b.hash = a.hash AND b.i > a.i
          WHERE a.win > 0)
-    SELECT (SELECT array_agg(hit.i) FROM hit), (SELECT array_agg(hit.k) FROM hit),
+    SELECT ARRAY(SELECT p_last_offsets[g.i] IS NOT NULL FROM generate_series(1, v_n) AS g(i) ORDER BY g.i),
+           (SELECT array_agg(hit.i) FROM hit), (SELECT array_agg(hit.k) FROM hit),
            (SELECT array_agg(pr.i ORDER BY pr.i, pr.e) FROM pr),
            (SELECT array_agg(pr.k ORDER BY pr.i, pr.e) FROM pr),
            (SELECT array_agg(pr.e ORDER BY pr.i, pr.e) FROM pr)
-      INTO v_hit_s, v_hit_k, v_pr_s, v_pr_k, v_pr_e;
+      INTO append, v_hit_s, v_hit_k, v_pr_s, v_pr_k, v_pr_e;
     FOR v_x IN 1 .. coalesce(cardinality(v_hit_s), 0) LOOP
         append[v_hit_s[v_x]] := false;
     END LOOP;
@@ -427,8 +424,10 @@ CREATE OR REPLACE FUNCTION queen.log_append_dedup_v1(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 -- generate_series over array elements counts as 1,000 rows per segment: estimates that
--- would cross jit_above_cost (see the fire).
+-- would cross jit_above_cost, and make a generic plan look dearer than planning each call
+-- afresh (see the fire, 003).
 SET jit = off
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_n     int := coalesce(cardinality(p_partition_ids), 0);

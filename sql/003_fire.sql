@@ -29,110 +29,37 @@ BEGIN
 END
 $drop$;
 
--- queen.log_timers_fire_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
---     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
---     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true) -> jsonb
---   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
---                | {"status": "stale", "held": n}
---                | {"status": "duplicate", "duplicates": n, "released": n}
---                | {"status": "busy", "count": n} (only with p_wait false) ],   (array order)
---    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows}
--- One transaction (the caller's statement). The timers of segment i are the entries with
--- timer_seg = i, IN FRAME ORDER (the k-th of them is frame k, hashed at bytes 16k..16k+15
--- of seg_hashes[i]); tenant and queue of a timer are its segment's.
--- Refused with 22023 naming the array: segment arrays of different lengths, timer arrays
--- of different lengths, a null element, seg_counts[i] < 1, seg_hashes[i] not
--- 16 * seg_counts[i] bytes, timer_seg[j] outside 1..n, a segment whose timer count differs
--- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
--- segment (timers sharing a txn go in different segments).
--- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
--- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
--- a segment is live only if it holds ALL its rows, else it is "stale" and its held rows
--- are released in this call (token and claimed_until nulled: due again, no attempt spent).
--- Live segments are processed as if one by one in array order; the work is done by
--- statements over all segments at once, and a call whose append loses a dedup index row
--- to a concurrent writer (or that repeats a hash in a queue whose window is 0) undoes that
--- append and does its live segments one by one. Dedup: a segment with any hash already in
--- its queue's dedup index within dedup_window_ms (including index rows written earlier in
--- this same call) is "duplicate": its timers whose txn is already in the log are deleted
--- (they were delivered), the others released so the next cycle re-packs them. Otherwise
--- the segment is appended (offsets from last_offset + 1, log_segments, log_txns, dedup
--- index rows) and its timers deleted. A concurrent writer of the same transaction id into
--- the same queue is caught by the dedup index upsert itself (it waits for that writer's
--- outcome), and the segment is then answered "duplicate" with its allocation undone.
--- Locks, in order: rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
--- queues and log_partitions only to provision missing ones (inserts, in (tenant, queue,
--- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
--- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
--- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
--- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
--- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
--- held by someone else (another broker's fire, a push) answers {"status": "busy"}: its
--- rows stay claimed and held by the caller, who fires them in a later call. Two brokers
--- firing batches that span the same partitions then each deliver the partitions nobody
--- holds instead of queueing behind each other; the caller's second call waits, so a
--- partition that is never free still gets its timers.
-CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
+-- ---------------------------------------------------------------------------------------
+-- Internal helpers of the fire (SECURITY INVOKER, granted to nobody: called only from
+-- queen.log_timers_fire_v1, whose owner they run as)
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_fire_check_v1(<the fire's first ten arguments>) -> void
+-- Raises 22023 (message naming the array and the element) for every argument the fire
+-- refuses, as listed in its header, in this order: null now; segment arrays, then timer
+-- arrays, of different lengths; timers without segments; per segment in array order: a
+-- null element, an empty queue or partition, seg_counts[i] < 1, seg_hashes[i] not
+-- 16 * seg_counts[i] bytes, a hash repeated in the segment (its first two frames named);
+-- then the first timer with timer_seg outside 1..n or a null key or token; the first
+-- segment whose timer count differs from seg_counts[i]; the first timer named twice (same
+-- tenant, queue and key). Returns when everything is well formed. Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_check_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
+    p_timer_tokens uuid[], p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
--- Its set-based statements run over array parameters whose sizes the planner cannot see
--- (generate_series counts as 1,000 rows per segment): estimates that cross jit_above_cost
--- and a JIT compile of ~350 ms for statements that run in under a millisecond.
-SET jit = off
 AS $fn$
 DECLARE
     v_nseg      int := coalesce(cardinality(p_seg_tenants), 0);
     v_nt        int := coalesce(cardinality(p_timer_keys), 0);
     v_i         int;
-    v_j         int;
-    v_x         int;
     v_bad       record;
-    v_badseg    int;            -- first segment repeating a hash (validation)
-    v_perm      int[];          -- timer indices sorted by (segment, array position)
-    v_start     int[];          -- per segment: first position of its timers in v_perm
-    v_keys      text[];
-    v_heldmask  boolean[];      -- per timer: locked and verified by this call
-    v_heldn     int[];          -- per segment: rows held
-    v_state     text[];         -- per segment: stale | busy | fire | dup | slow
-    v_qid       bigint[];
-    v_pid       bigint[];
-    v_win       bigint[];
-    v_prov      record;
-    v_tq        record;
-    v_lk_ids    bigint[];       -- partitions locked, ascending
-    v_lk_last   bigint[];       -- their last_offset when locked
-    v_push      int[];          -- live segments whose partition is ours, array order
-    v_fire      int[];          -- segments appended by the set-based path
-    v_fire_n    int;            -- their frames
-    v_hit_s     int[];          -- frames already in the log: segment, timer index
-    v_hit_j     int[];
-    v_pr_s      int[];          -- frame (segment, timer index) repeating a hash of an
-    v_pr_j      int[];          --   earlier pushed segment of the same queue: that segment
-    v_pr_e      int[];
-    v_rep0      boolean;        -- a hash repeated in this call in a queue with window 0
-    v_dupmask   boolean[];      -- per timer: its frame is already in the log
-    v_dupk      int[];          -- per segment: frames already in the log
-    v_base      bigint[];
-    v_np_ids    bigint[];       -- partitions appended to, and their new last_offset
-    v_np_last   bigint[];
-    v_won_n     int;
-    v_won_q     bigint[];
-    v_won_h     bytea[];
-    v_slow      boolean := false;
-    v_dup_k     int[];
-    v_won       bytea[];
-    v_end       bigint;
-    v_results   jsonb[];
-    v_fired     int := 0;
-    v_stale     int := 0;
-    v_dupn      int := 0;
-    v_released  int := 0;
-    v_busyn     int := 0;
-    v_n         int;
+    v_badseg    int;            -- first segment failing a per-segment check
+    v_badtimer  int[];          -- first invalid timer: (j, timer_seg[j])
+    v_badcount  int[];          -- first segment whose timer count is wrong: (i, count)
+    v_twice     int[];          -- first timer named twice: (j, its first mention)
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_fire_v1: now must not be null' USING ERRCODE = '22023';
@@ -160,24 +87,54 @@ BEGIN
             RAISE EXCEPTION 'log_timers_fire_v1: timer_seg names segments but seg_counts is empty'
                 USING ERRCODE = '22023';
         END IF;
-        RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
-                                  'duplicate', 0, 'released', 0);
+        RETURN;
     END IF;
 
-    -- The first segment repeating a hash, found for all segments at once (only segments
-    -- whose count and hashes are well formed are looked at); the loop below reports it
-    -- in its turn, after that segment's earlier checks.
-    SELECT min(r.i) INTO v_badseg
-      FROM (SELECT g.i
-              FROM generate_series(1, v_nseg) AS g(i)
-             CROSS JOIN LATERAL generate_series(0,
-                    CASE WHEN p_seg_counts[g.i] >= 1 AND p_seg_hashes[g.i] IS NOT NULL
-                              AND octet_length(p_seg_hashes[g.i]) = 16::bigint * p_seg_counts[g.i]
-                         THEN p_seg_counts[g.i] - 1 ELSE -1 END) AS k
-             GROUP BY g.i, substring(p_seg_hashes[g.i] FROM 16 * k + 1 FOR 16)
-            HAVING count(*) > 1) r;
+    -- Every finding at once, in one statement that cannot raise; reported below in their
+    -- turn. The first segment failing any per-segment check: one with a null element, an
+    -- empty name, a count below 1 or hashes of the wrong length, or (among well-formed
+    -- ones) repeating a hash.
+    SELECT (SELECT min(r.i)
+              FROM (SELECT s.i
+                      FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts,
+                                  p_seg_hashes, p_seg_blobs) WITH ORDINALITY AS s(t, q, p, n, h, b, i)
+                     WHERE s.t IS NULL OR s.q IS NULL OR s.p IS NULL OR s.n IS NULL OR s.h IS NULL
+                        OR s.b IS NULL OR s.q = '' OR s.p = '' OR s.n < 1
+                        OR octet_length(s.h) <> 16::bigint * s.n
+                    UNION ALL
+                    SELECT g.i
+                      FROM generate_series(1, v_nseg) AS g(i)
+                     CROSS JOIN LATERAL generate_series(0,
+                            CASE WHEN p_seg_counts[g.i] >= 1 AND p_seg_hashes[g.i] IS NOT NULL
+                                      AND octet_length(p_seg_hashes[g.i]) = 16::bigint * p_seg_counts[g.i]
+                                 THEN p_seg_counts[g.i] - 1 ELSE -1 END) AS k
+                     GROUP BY g.i, substring(p_seg_hashes[g.i] FROM 16 * k + 1 FOR 16)
+                    HAVING count(*) > 1) r),
+           (SELECT ARRAY[u.j::int, u.s]
+              FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
+             WHERE u.s IS NULL OR u.s < 1 OR u.s > v_nseg OR u.k IS NULL OR u.tok IS NULL
+             ORDER BY u.j
+             LIMIT 1),
+           (SELECT ARRAY[c.i, c.n::int]
+              FROM (SELECT g.i, coalesce(t.n, 0) AS n
+                      FROM generate_series(1, v_nseg) AS g(i)
+                      LEFT JOIN (SELECT s, count(*) AS n FROM unnest(p_timer_seg) AS s GROUP BY s) t
+                        ON t.s = g.i) c
+             WHERE c.n <> p_seg_counts[c.i]
+             ORDER BY c.i
+             LIMIT 1),
+           (SELECT ARRAY[d.j::int, d.first_j::int]
+              FROM (SELECT u.j,
+                           first_value(u.j) OVER (PARTITION BY p_seg_tenants[u.s], p_seg_queues[u.s], u.k ORDER BY u.j) AS first_j
+                      FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) d
+             WHERE d.j <> d.first_j
+             ORDER BY d.j
+             LIMIT 1)
+      INTO v_badseg, v_badtimer, v_badcount, v_twice;
 
-    FOR v_i IN 1 .. v_nseg LOOP
+    -- That segment's checks, in order (the segments before it passed them all).
+    IF v_badseg IS NOT NULL THEN
+        v_i := v_badseg;
         IF p_seg_tenants[v_i] IS NULL OR p_seg_queues[v_i] IS NULL OR p_seg_partitions[v_i] IS NULL
            OR p_seg_counts[v_i] IS NULL OR p_seg_hashes[v_i] IS NULL OR p_seg_blobs[v_i] IS NULL THEN
             RAISE EXCEPTION 'log_timers_fire_v1: segment % has a null element in seg_tenants, seg_queues, seg_partitions, seg_counts, seg_hashes or seg_blobs',
@@ -196,70 +153,50 @@ BEGIN
                 v_i, octet_length(p_seg_hashes[v_i]), v_i, 16 * p_seg_counts[v_i]
                 USING ERRCODE = '22023';
         END IF;
-        IF v_i = v_badseg THEN
-            SELECT min(h.k) AS a, max(h.k) AS b INTO v_bad
-              FROM (SELECT k, substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16) AS hash,
-                           count(*) OVER (PARTITION BY substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16)) AS n
-                      FROM generate_series(0, p_seg_counts[v_i] - 1) AS k) h
-             WHERE h.n > 1
-             GROUP BY h.hash
-             LIMIT 1;
-            RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] repeats one transaction hash at frames % and %; timers sharing a txn go in different segments',
-                v_i, v_bad.a, v_bad.b USING ERRCODE = '22023';
-        END IF;
-    END LOOP;
+        SELECT min(h.k) AS a, max(h.k) AS b INTO v_bad
+          FROM (SELECT k, substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16) AS hash,
+                       count(*) OVER (PARTITION BY substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16)) AS n
+                  FROM generate_series(0, p_seg_counts[v_i] - 1) AS k) h
+         WHERE h.n > 1
+         GROUP BY h.hash
+         LIMIT 1;
+        RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] repeats one transaction hash at frames % and %; timers sharing a txn go in different segments',
+            v_i, v_bad.a, v_bad.b USING ERRCODE = '22023';
+    END IF;
 
-    SELECT u.j, u.s INTO v_bad
-      FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
-     WHERE u.s IS NULL OR u.s < 1 OR u.s > v_nseg OR u.k IS NULL OR u.tok IS NULL
-     ORDER BY u.j
-     LIMIT 1;
-    IF FOUND THEN
+    IF v_badtimer IS NOT NULL THEN
         RAISE EXCEPTION 'log_timers_fire_v1: timer % is invalid: timer_seg[%] = % (must be 1..%), and timer_keys/timer_tokens must not be null',
-            v_bad.j, v_bad.j, v_bad.s, v_nseg USING ERRCODE = '22023';
+            v_badtimer[1], v_badtimer[1], v_badtimer[2], v_nseg USING ERRCODE = '22023';
     END IF;
-
-    SELECT c.i, c.n INTO v_bad
-      FROM (SELECT g.i, coalesce(t.n, 0) AS n
-              FROM generate_series(1, v_nseg) AS g(i)
-              LEFT JOIN (SELECT s, count(*) AS n FROM unnest(p_timer_seg) AS s GROUP BY s) t
-                ON t.s = g.i) c
-     WHERE c.n <> p_seg_counts[c.i]
-     ORDER BY c.i
-     LIMIT 1;
-    IF FOUND THEN
+    IF v_badcount IS NOT NULL THEN
         RAISE EXCEPTION 'log_timers_fire_v1: timer_seg gives segment % % timers but seg_counts[%] = %',
-            v_bad.i, v_bad.n, v_bad.i, p_seg_counts[v_bad.i] USING ERRCODE = '22023';
+            v_badcount[1], v_badcount[2], v_badcount[1], p_seg_counts[v_badcount[1]] USING ERRCODE = '22023';
     END IF;
-
-    SELECT d.j, d.first_j INTO v_bad
-      FROM (SELECT u.j,
-                   first_value(u.j) OVER (PARTITION BY p_seg_tenants[u.s], p_seg_queues[u.s], u.k ORDER BY u.j) AS first_j
-              FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) d
-     WHERE d.j <> d.first_j
-     ORDER BY d.j
-     LIMIT 1;
-    IF FOUND THEN
+    IF v_twice IS NOT NULL THEN
         RAISE EXCEPTION 'log_timers_fire_v1: timer_keys[%] names the same timer as timer_keys[%]',
-            v_bad.j, v_bad.first_j USING ERRCODE = '22023';
+            v_twice[1], v_twice[2] USING ERRCODE = '22023';
     END IF;
+END
+$fn$;
 
-    -- Timers grouped by segment, frame order kept.
-    SELECT array_agg(u.j::int ORDER BY u.s, u.j) INTO v_perm
-      FROM unnest(p_timer_seg) WITH ORDINALITY AS u(s, j);
-    v_start := array_fill(1, ARRAY[v_nseg]);
-    FOR v_i IN 2 .. v_nseg LOOP
-        v_start[v_i] := v_start[v_i - 1] + p_seg_counts[v_i - 1];
-    END LOOP;
-
-    v_results := array_fill(NULL::jsonb, ARRAY[v_nseg]);
-    v_state := array_fill(NULL::text, ARRAY[v_nseg]);
-    v_base := array_fill(NULL::bigint, ARRAY[v_nseg]);
-    v_dupk := array_fill(0, ARRAY[v_nseg]);
-
-    -- Hold what is ours: every named row, all segments in one statement. A segment
-    -- missing any row is stale; its held rows are released with the final writes below
-    -- (they are ours until commit either way).
+-- queen.log_timers_fire_hold_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     seg_counts int[], timer_keys text[], timer_seg int[], timer_tokens uuid[],
+--     now timestamptz) -> (held boolean[], held_n int[], live boolean[])
+-- Holds what is the caller's, all segments in one statement: locks each named row (tenant
+-- and queue of its segment) FOR UPDATE SKIP LOCKED if its claim_token is the given one,
+-- its claim is live (claimed_until > now) and its partition is the segment's. held[j]:
+-- timer j is locked and verified; held_n[i]: how many of segment i's timers are; live[i]:
+-- all of them are (held_n[i] = seg_counts[i]). Arguments as checked by
+-- log_timers_fire_check_v1.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_hold_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_timer_keys text[], p_timer_seg int[], p_timer_tokens uuid[], p_now timestamptz,
+    OUT held boolean[], OUT held_n int[], OUT live boolean[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+BEGIN
     WITH h AS MATERIALIZED (
         SELECT u.j, u.s, (x.ok IS NOT NULL) AS held
           FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
@@ -275,324 +212,129 @@ BEGIN
                    FOR UPDATE SKIP LOCKED) x ON true)
     SELECT (SELECT array_agg(h.held ORDER BY h.j) FROM h),
            (SELECT array_agg(coalesce(c.n, 0) ORDER BY g.i)
-              FROM generate_series(1, v_nseg) AS g(i)
+              FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i)
+              LEFT JOIN (SELECT h.s, count(*)::int AS n FROM h WHERE h.held GROUP BY h.s) c
+                ON c.s = g.i),
+           (SELECT array_agg(coalesce(c.n, 0) = p_seg_counts[g.i] ORDER BY g.i)
+              FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i)
               LEFT JOIN (SELECT h.s, count(*)::int AS n FROM h WHERE h.held GROUP BY h.s) c
                 ON c.s = g.i)
-      INTO v_heldmask, v_heldn;
+      INTO held, held_n, live;
+END
+$fn$;
 
-    FOR v_i IN 1 .. v_nseg LOOP
-        IF v_heldn[v_i] <> p_seg_counts[v_i] THEN
-            v_state[v_i] := 'stale';
-            v_results[v_i] := jsonb_build_object('status', 'stale', 'held', v_heldn[v_i]);
-            v_stale := v_stale + 1;
-            v_released := v_released + v_heldn[v_i];
-        END IF;
-    END LOOP;
-
-    -- Queue and partition ids of the live segments, looked up at once; only the missing
-    -- ones are provisioned, in (tenant, queue, partition) order so two concurrent
-    -- provisioners take the new rows in the same order.
+-- queen.log_timers_fire_ids_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     live boolean[]) -> (queue_ids bigint[], partition_ids bigint[], windows bigint[])
+-- Queue id, partition id and the queue's dedup_window_ms of every live segment (null for
+-- the others), looked up in one statement; only the missing queues and partitions are
+-- provisioned (queen.log_provision_v1), in (tenant, queue, partition) order so that two
+-- concurrent provisioners take the new rows in the same order.
+-- Locks: queues and log_partitions, only the inserted rows (or a wait on a concurrent
+-- inserter of the same name), in (tenant, queue, partition) order; never an existing
+-- partition row.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_ids_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_live boolean[],
+    OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_nseg int := coalesce(cardinality(p_seg_tenants), 0);
+    v_i    int;
+    v_prov record;
+BEGIN
     SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i)
-      INTO v_qid, v_pid, v_win
+      INTO queue_ids, partition_ids, windows
       FROM generate_series(1, v_nseg) AS g(i)
       LEFT JOIN LATERAL (
             SELECT q.id AS qid, p.id AS pid, q.dedup_window_ms AS win
               FROM queen.queues q
               LEFT JOIN queen.log_partitions p
                 ON p.queue_id = q.id AND p.name = p_seg_partitions[g.i]
-             WHERE v_state[g.i] IS NULL
+             WHERE p_live[g.i]
                AND q.tenant_id = p_seg_tenants[g.i] AND q.name = p_seg_queues[g.i]) x ON true;
 
     FOR v_i IN
         SELECT g.i FROM generate_series(1, v_nseg) AS g(i)
-         WHERE v_state[g.i] IS NULL AND v_pid[g.i] IS NULL
+         WHERE p_live[g.i] AND partition_ids[g.i] IS NULL
          ORDER BY p_seg_tenants[g.i], p_seg_queues[g.i] COLLATE "C", p_seg_partitions[g.i] COLLATE "C", g.i
     LOOP
         v_prov := queen.log_provision_v1(p_seg_tenants[v_i], p_seg_queues[v_i], p_seg_partitions[v_i]);
-        v_qid[v_i] := v_prov.queue_id;
-        v_pid[v_i] := v_prov.partition_id;
-        v_win[v_i] := v_prov.dedup_window_ms;
+        queue_ids[v_i] := v_prov.queue_id;
+        partition_ids[v_i] := v_prov.partition_id;
+        windows[v_i] := v_prov.dedup_window_ms;
     END LOOP;
+END
+$fn$;
 
-    -- Lock the live segments' partitions in ascending id order (the fire's only waits),
-    -- in one statement, reading the offset allocators we now hold.
-    IF p_wait IS DISTINCT FROM false THEN
-        SELECT array_agg(l.id ORDER BY l.id), array_agg(l.last_offset ORDER BY l.id)
-          INTO v_lk_ids, v_lk_last
-          FROM (SELECT lp.id, lp.last_offset
-                  FROM queen.log_partitions lp
-                 WHERE lp.id = ANY (ARRAY(SELECT DISTINCT p FROM unnest(v_pid) AS p
-                                           WHERE p IS NOT NULL ORDER BY p))
-                 ORDER BY lp.id
-                   FOR UPDATE) l;
-    ELSE
-        SELECT array_agg(l.id ORDER BY l.id), array_agg(l.last_offset ORDER BY l.id)
-          INTO v_lk_ids, v_lk_last
-          FROM (SELECT lp.id, lp.last_offset
-                  FROM queen.log_partitions lp
-                 WHERE lp.id = ANY (ARRAY(SELECT DISTINCT p FROM unnest(v_pid) AS p
-                                           WHERE p IS NOT NULL ORDER BY p))
-                 ORDER BY lp.id
-                   FOR UPDATE SKIP LOCKED) l;
-    END IF;
-    v_lk_ids := coalesce(v_lk_ids, '{}');
-    v_lk_last := coalesce(v_lk_last, '{}');
-
-    -- Live segments whose partition someone else holds are busy: their rows stay claimed
-    -- and held for the caller's next call.
-    SELECT array_agg(g.i ORDER BY g.i) INTO v_push
-      FROM generate_series(1, v_nseg) AS g(i)
-     WHERE v_state[g.i] IS NULL AND v_pid[g.i] = ANY (v_lk_ids);
-    v_push := coalesce(v_push, '{}');
-    FOR v_i IN 1 .. v_nseg LOOP
-        IF v_state[v_i] IS NULL AND NOT v_pid[v_i] = ANY (v_lk_ids) THEN
-            v_state[v_i] := 'busy';
-            v_results[v_i] := jsonb_build_object('status', 'busy', 'count', p_seg_counts[v_i]);
-            v_busyn := v_busyn + p_seg_counts[v_i];
-        END IF;
-    END LOOP;
-
-    IF cardinality(v_push) > 0 THEN
-        -- Dedup, all frames of all pushed segments in one statement. One primary-key
-        -- probe per frame (LATERAL ... LIMIT 1): a plain join here gets a cached generic
-        -- plan that hashes the whole index table, and the fire then slows down in
-        -- proportion to everything ever fired into the queue. Also: the frames whose hash
-        -- an earlier pushed segment of the same queue carries (that segment's index rows,
-        -- written at now, count inside a window > 0 if it is appended), and whether a
-        -- hash repeats in a queue with a zero window (left to the per-segment path).
-        WITH f AS MATERIALIZED (
-            SELECT g.i, v_perm[v_start[g.i] + k.k] AS j, v_qid[g.i] AS qid, v_win[g.i] AS win,
-                   substring(p_seg_hashes[g.i] FROM 16 * k.k + 1 FOR 16) AS hash
-              FROM unnest(v_push) AS g(i)
-             CROSS JOIN LATERAL generate_series(0, p_seg_counts[g.i] - 1) AS k(k)),
-        hit AS MATERIALIZED (
-            SELECT f.i, f.j
-              FROM f
-             CROSS JOIN LATERAL (SELECT 1
-                                   FROM queen.log_txn_index x
-                                  WHERE x.queue_id = f.qid
-                                    AND x.hash = f.hash
-                                    AND x.created_at > p_now - f.win * interval '1 millisecond'
-                                  LIMIT 1) AS y),
-        pr AS MATERIALIZED (
-            SELECT b.i, b.j, a.i AS e, a.win
-              FROM f a
-              JOIN f b ON b.qid = a.qid AND b.hash = a.hash AND b.i > a.i)
-        SELECT (SELECT array_agg(hit.i) FROM hit), (SELECT array_agg(hit.j) FROM hit),
-               (SELECT array_agg(pr.i ORDER BY pr.i, pr.e) FROM pr WHERE pr.win > 0),
-               (SELECT array_agg(pr.j ORDER BY pr.i, pr.e) FROM pr WHERE pr.win > 0),
-               (SELECT array_agg(pr.e ORDER BY pr.i, pr.e) FROM pr WHERE pr.win > 0),
-               EXISTS (SELECT 1 FROM pr WHERE pr.win = 0)
-          INTO v_hit_s, v_hit_j, v_pr_s, v_pr_j, v_pr_e, v_rep0;
-        v_slow := v_rep0;
-    END IF;
-
-    IF cardinality(v_push) > 0 AND NOT v_slow THEN
-        v_dupmask := array_fill(false, ARRAY[greatest(v_nt, 1)]);
-        FOREACH v_i IN ARRAY v_push LOOP
-            v_state[v_i] := 'fire';
-        END LOOP;
-        FOR v_x IN 1 .. coalesce(cardinality(v_hit_s), 0) LOOP
-            v_state[v_hit_s[v_x]] := 'dup';
-            v_dupmask[v_hit_j[v_x]] := true;
-            v_dupk[v_hit_s[v_x]] := v_dupk[v_hit_s[v_x]] + 1;
-        END LOOP;
-        -- In array order: a frame repeating the hash of an earlier segment that is
-        -- appended is in the log by the time its own segment is looked at.
-        FOR v_x IN 1 .. coalesce(cardinality(v_pr_s), 0) LOOP
-            IF v_state[v_pr_e[v_x]] = 'fire' THEN
-                v_state[v_pr_s[v_x]] := 'dup';
-                IF NOT v_dupmask[v_pr_j[v_x]] THEN
-                    v_dupmask[v_pr_j[v_x]] := true;
-                    v_dupk[v_pr_s[v_x]] := v_dupk[v_pr_s[v_x]] + 1;
-                END IF;
-            END IF;
-        END LOOP;
-
-        -- Offsets: the segments of one partition get consecutive ranges in array order.
-        WITH a AS (
-            SELECT g.i, v_pid[g.i] AS pid, l.last_offset
-                   + sum(p_seg_counts[g.i]) OVER (PARTITION BY v_pid[g.i] ORDER BY g.i) AS e
-              FROM unnest(v_push) AS g(i)
-              JOIN unnest(v_lk_ids, v_lk_last) AS l(id, last_offset) ON l.id = v_pid[g.i]
-             WHERE v_state[g.i] = 'fire')
-        SELECT (SELECT array_agg(a.i ORDER BY a.i) FROM a),
-               (SELECT sum(p_seg_counts[a.i])::int FROM a),
-               (SELECT array_agg(a.e - p_seg_counts[a.i] + 1 ORDER BY a.i) FROM a),
-               (SELECT array_agg(m.pid ORDER BY m.pid) FROM (SELECT a.pid, max(a.e) AS e FROM a GROUP BY a.pid) m),
-               (SELECT array_agg(m.e ORDER BY m.pid) FROM (SELECT a.pid, max(a.e) AS e FROM a GROUP BY a.pid) m)
-          INTO v_fire, v_fire_n, v_base, v_np_ids, v_np_last;
-        v_fire := coalesce(v_fire, '{}');
-
-        IF cardinality(v_fire) > 0 THEN
-            -- v_base is indexed by position in v_fire here; spread it per segment.
-            v_base := ARRAY(SELECT b.base FROM generate_series(1, v_nseg) AS g(i)
-                              LEFT JOIN unnest(v_fire, v_base) AS b(i, base) ON b.i = g.i
-                             ORDER BY g.i);
-            -- The dedup index rows of every appended frame. An index row that is inside
-            -- the window and was not visible above belongs to a concurrent writer that
-            -- has committed since: the upsert waited for it and leaves it alone.
-            WITH ins AS (
-                INSERT INTO queen.log_txn_index AS ix (queue_id, hash, partition_id, log_offset, created_at)
-                SELECT v_qid[g.i], substring(p_seg_hashes[g.i] FROM 16 * k.k + 1 FOR 16),
-                       v_pid[g.i], v_base[g.i] + k.k, p_now
-                  FROM unnest(v_fire) AS g(i)
-                 CROSS JOIN LATERAL generate_series(0, p_seg_counts[g.i] - 1) AS k(k)
-                 ORDER BY 1, 2
-                ON CONFLICT (queue_id, hash) DO UPDATE
-                    SET partition_id = excluded.partition_id,
-                        log_offset = excluded.log_offset,
-                        created_at = excluded.created_at
-                  WHERE ix.created_at <= p_now - v_win[array_position(v_qid, ix.queue_id)] * interval '1 millisecond'
-                RETURNING ix.queue_id, ix.hash
-            )
-            SELECT count(*)::int, array_agg(ins.queue_id), array_agg(ins.hash)
-              INTO v_won_n, v_won_q, v_won_h
-              FROM ins;
-
-            IF v_won_n = v_fire_n THEN
-                UPDATE queen.log_partitions lp
-                   SET last_offset = v_np_last[array_position(v_np_ids, lp.id)]
-                 WHERE lp.id = ANY (v_np_ids);
-                INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
-                SELECT v_pid[g.i], v_base[g.i], v_base[g.i] + p_seg_counts[g.i] - 1, p_seg_counts[g.i],
-                       p_now, p_seg_blobs[g.i]
-                  FROM unnest(v_fire) AS g(i);
-                INSERT INTO queen.log_txns (partition_id, base_offset, hashes)
-                SELECT v_pid[g.i], v_base[g.i], p_seg_hashes[g.i]
-                  FROM unnest(v_fire) AS g(i);
-            ELSE
-                -- Lost a race with a concurrent writer of the same transaction: undo
-                -- what the upsert took (nothing was allocated yet) and do the pushed
-                -- segments one by one below.
-                FOR v_tq IN
-                    SELECT w.q, array_agg(w.h) AS hs
-                      FROM unnest(v_won_q, v_won_h) AS w(q, h)
-                     GROUP BY w.q
-                LOOP
-                    DELETE FROM queen.log_txn_index AS ix
-                     WHERE ix.queue_id = v_tq.q AND ix.hash = ANY (v_tq.hs);
-                END LOOP;
-                v_slow := true;
-            END IF;
-        END IF;
-
-        IF NOT v_slow THEN
-            FOREACH v_i IN ARRAY v_push LOOP
-                IF v_state[v_i] = 'fire' THEN
-                    v_results[v_i] := jsonb_build_object('status', 'fired', 'partitionId', v_pid[v_i],
-                        'baseOffset', v_base[v_i], 'endOffset', v_base[v_i] + p_seg_counts[v_i] - 1,
-                        'count', p_seg_counts[v_i]);
-                    v_fired := v_fired + p_seg_counts[v_i];
-                ELSE
-                    v_results[v_i] := jsonb_build_object('status', 'duplicate',
-                        'duplicates', v_dupk[v_i], 'released', p_seg_counts[v_i] - v_dupk[v_i]);
-                    v_dupn := v_dupn + v_dupk[v_i];
-                    v_released := v_released + p_seg_counts[v_i] - v_dupk[v_i];
-                END IF;
-            END LOOP;
-        END IF;
-    END IF;
-
-    IF v_slow THEN
-        -- Segment by segment, in array order, so a later segment sees an earlier one's
-        -- dedup index rows (and a lost race undoes only its own segment).
-        FOREACH v_i IN ARRAY v_push LOOP
-            v_state[v_i] := 'slow';
-            SELECT array_agg(p_timer_keys[v_perm[x]] ORDER BY x)
-              INTO v_keys
-              FROM generate_series(v_start[v_i], v_start[v_i] + p_seg_counts[v_i] - 1) AS x;
-
-            SELECT array_agg(h.k ORDER BY h.k) INTO v_dup_k
-              FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
-             CROSS JOIN LATERAL (SELECT 1
-                                   FROM queen.log_txn_index x
-                                  WHERE x.queue_id = v_qid[v_i]
-                                    AND x.hash = substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16)
-                                    AND x.created_at > p_now - v_win[v_i] * interval '1 millisecond'
-                                  LIMIT 1) AS y;
-
-            IF v_dup_k IS NULL THEN
-                UPDATE queen.log_partitions lp
-                   SET last_offset = lp.last_offset + p_seg_counts[v_i]
-                 WHERE lp.id = v_pid[v_i]
-                RETURNING lp.last_offset INTO v_end;
-                v_base[v_i] := v_end - p_seg_counts[v_i] + 1;
-
-                WITH ins AS (
-                    INSERT INTO queen.log_txn_index AS ix (queue_id, hash, partition_id, log_offset, created_at)
-                    SELECT v_qid[v_i], substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16),
-                           v_pid[v_i], v_base[v_i] + h.k, p_now
-                      FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
-                     ORDER BY 2
-                    ON CONFLICT (queue_id, hash) DO UPDATE
-                        SET partition_id = excluded.partition_id,
-                            log_offset = excluded.log_offset,
-                            created_at = excluded.created_at
-                      WHERE ix.created_at <= p_now - v_win[v_i] * interval '1 millisecond'
-                    RETURNING ix.hash
-                )
-                SELECT array_agg(ins.hash) INTO v_won FROM ins;
-
-                IF coalesce(cardinality(v_won), 0) = p_seg_counts[v_i] THEN
-                    INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
-                    VALUES (v_pid[v_i], v_base[v_i], v_end, p_seg_counts[v_i], p_now, p_seg_blobs[v_i]);
-                    INSERT INTO queen.log_txns (partition_id, base_offset, hashes)
-                    VALUES (v_pid[v_i], v_base[v_i], p_seg_hashes[v_i]);
-                    DELETE FROM queen.log_timers AS t
-                     WHERE t.tenant_id = p_seg_tenants[v_i] AND t.queue = p_seg_queues[v_i]
-                       AND t.timer_key = ANY (v_keys);
-                    v_results[v_i] := jsonb_build_object('status', 'fired', 'partitionId', v_pid[v_i],
-                        'baseOffset', v_base[v_i], 'endOffset', v_end, 'count', p_seg_counts[v_i]);
-                    v_fired := v_fired + p_seg_counts[v_i];
-                    CONTINUE;
-                END IF;
-
-                -- Lost the race: undo this segment's index rows and its allocation (the
-                -- partition row is ours, so nobody allocated in between).
-                DELETE FROM queen.log_txn_index AS ix
-                 WHERE ix.queue_id = v_qid[v_i] AND ix.hash = ANY (coalesce(v_won, '{}'));
-                UPDATE queen.log_partitions lp
-                   SET last_offset = lp.last_offset - p_seg_counts[v_i]
-                 WHERE lp.id = v_pid[v_i];
-                SELECT array_agg(h.k ORDER BY h.k) INTO v_dup_k
-                  FROM generate_series(0, p_seg_counts[v_i] - 1) AS h(k)
-                 WHERE NOT substring(p_seg_hashes[v_i] FROM 16 * h.k + 1 FOR 16) = ANY (coalesce(v_won, '{}'));
-            END IF;
-
-            -- Duplicate: delivered frames' timers go, the others are released for a re-pack.
-            DELETE FROM queen.log_timers AS t
-             WHERE t.tenant_id = p_seg_tenants[v_i] AND t.queue = p_seg_queues[v_i]
-               AND t.timer_key = ANY (ARRAY(SELECT v_keys[k + 1] FROM unnest(v_dup_k) AS k));
-            GET DIAGNOSTICS v_n = ROW_COUNT;
-            UPDATE queen.log_timers AS t
-               SET claim_token = NULL, claimed_until = NULL, updated_at = p_now
-             WHERE t.tenant_id = p_seg_tenants[v_i] AND t.queue = p_seg_queues[v_i]
-               AND t.timer_key = ANY (v_keys)
-               AND NOT t.timer_key = ANY (ARRAY(SELECT v_keys[k + 1] FROM unnest(v_dup_k) AS k));
-            GET DIAGNOSTICS v_j = ROW_COUNT;
-            v_results[v_i] := jsonb_build_object('status', 'duplicate', 'duplicates', v_n, 'released', v_j);
-            v_dupn := v_dupn + v_n;
-            v_released := v_released + v_j;
-        END LOOP;
-    END IF;
+-- queen.log_timers_fire_settle_v1(seg_tenants uuid[], seg_queues text[], seg_counts int[],
+--     timer_keys text[], timer_seg int[], now timestamptz, held boolean[], held_n int[],
+--     partition_ids bigint[], last_offsets bigint[], base_offsets bigint[], dup_seg int[],
+--     dup_frame int[]) -> jsonb
+-- The end of a fire: the timer rows it holds are settled and its answer (the fire's header)
+-- built. Per segment i: stale when held_n[i] < seg_counts[i] (its held rows released:
+-- claim_token and claimed_until nulled); else busy when last_offsets[i] is null (its
+-- partition was not locked: rows untouched, still claimed); else fired when base_offsets[i]
+-- is set (rows deleted); else duplicate: the rows of its frames in (dup_seg, dup_frame)
+-- deleted (delivered), the others released. One DELETE and one UPDATE per (tenant, queue).
+-- Locks: none new (every row it writes is held by log_timers_fire_hold_v1).
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_settle_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_counts int[], p_timer_keys text[],
+    p_timer_seg int[], p_now timestamptz, p_held boolean[], p_held_n int[],
+    p_partition_ids bigint[], p_last_offsets bigint[], p_base_offsets bigint[],
+    p_dup_seg int[], p_dup_frame int[])
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_tq     record;
+    v_answer jsonb;
+BEGIN
+    -- Per segment: its state (stale, busy, fired, dup) and its frames already in the log.
+    WITH s AS MATERIALIZED (
+        SELECT g.i, CASE WHEN p_held_n[g.i] <> p_seg_counts[g.i] THEN 'stale'
+                         WHEN p_last_offsets[g.i] IS NULL THEN 'busy'
+                         WHEN p_base_offsets[g.i] IS NOT NULL THEN 'fired'
+                         ELSE 'dup' END AS st,
+               (SELECT count(*)::int FROM unnest(p_dup_seg) AS d(s) WHERE d.s = g.i) AS dn
+          FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i))
+    SELECT jsonb_build_object(
+               'segments', jsonb_agg(CASE s.st
+                   WHEN 'stale' THEN jsonb_build_object('status', 'stale', 'held', p_held_n[s.i])
+                   WHEN 'busy' THEN jsonb_build_object('status', 'busy', 'count', p_seg_counts[s.i])
+                   WHEN 'fired' THEN jsonb_build_object('status', 'fired', 'partitionId', p_partition_ids[s.i],
+                        'baseOffset', p_base_offsets[s.i],
+                        'endOffset', p_base_offsets[s.i] + p_seg_counts[s.i] - 1, 'count', p_seg_counts[s.i])
+                   ELSE jsonb_build_object('status', 'duplicate', 'duplicates', s.dn,
+                        'released', p_seg_counts[s.i] - s.dn) END ORDER BY s.i),
+               'fired', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'fired'), 0),
+               'stale', count(*) FILTER (WHERE s.st = 'stale'),
+               'duplicate', coalesce(sum(s.dn) FILTER (WHERE s.st = 'dup'), 0),
+               'released', coalesce(sum(CASE s.st WHEN 'stale' THEN p_held_n[s.i]
+                                                  WHEN 'dup' THEN p_seg_counts[s.i] - s.dn END), 0),
+               'busy', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'busy'), 0))
+      INTO v_answer
+      FROM s;
 
     -- The timer rows, per (tenant, queue): delivered ones deleted (appended segments,
     -- frames of duplicate segments already in the log), the rest of duplicate segments
     -- and the held rows of stale segments released (token and claimed_until nulled).
     FOR v_tq IN
-        SELECT a.tn, a.q,
+        SELECT p_seg_tenants[a.s] AS tn, p_seg_queues[a.s] AS q,
                array_agg(a.k) FILTER (WHERE a.act = 'd') AS dk,
                array_agg(a.k) FILTER (WHERE a.act = 'r') AS rk
-          FROM (SELECT p_seg_tenants[u.s] AS tn, p_seg_queues[u.s] AS q, u.k,
-                       CASE v_state[u.s]
-                            WHEN 'fire' THEN 'd'
-                            WHEN 'dup' THEN CASE WHEN v_dupmask[u.j] THEN 'd' ELSE 'r' END
-                            WHEN 'stale' THEN CASE WHEN v_heldmask[u.j] THEN 'r' END
-                       END AS act
-                  FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) a
+          FROM (SELECT t.s, t.k,
+                       CASE WHEN p_held_n[t.s] <> p_seg_counts[t.s] THEN CASE WHEN p_held[t.j] THEN 'r' END
+                            WHEN p_last_offsets[t.s] IS NULL THEN NULL
+                            WHEN p_base_offsets[t.s] IS NOT NULL THEN 'd'
+                            WHEN EXISTS (SELECT 1 FROM unnest(p_dup_seg, p_dup_frame) AS d(s, f)
+                                          WHERE d.s = t.s AND d.f = t.f) THEN 'd'
+                            ELSE 'r' END AS act
+                  FROM (SELECT u.k, u.s, u.j, row_number() OVER (PARTITION BY u.s ORDER BY u.j) - 1 AS f
+                          FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) t) a
          WHERE a.act IS NOT NULL
-         GROUP BY a.tn, a.q
+         GROUP BY p_seg_tenants[a.s], p_seg_queues[a.s]
     LOOP
         IF v_tq.dk IS NOT NULL THEN
             DELETE FROM queen.log_timers AS t
@@ -604,9 +346,106 @@ BEGIN
              WHERE t.tenant_id = v_tq.tn AND t.queue = v_tq.q AND t.timer_key = ANY (v_tq.rk);
         END IF;
     END LOOP;
+    RETURN v_answer;
+END
+$fn$;
 
-    RETURN jsonb_build_object('segments', to_jsonb(v_results), 'fired', v_fired,
-                              'stale', v_stale, 'duplicate', v_dupn, 'released', v_released,
-                              'busy', v_busyn);
+-- queen.log_timers_fire_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
+--     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true) -> jsonb
+--   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
+--                | {"status": "stale", "held": n}
+--                | {"status": "duplicate", "duplicates": n, "released": n}
+--                | {"status": "busy", "count": n} (only with p_wait false) ],   (array order)
+--    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows}
+-- One transaction (the caller's statement). The timers of segment i are the entries with
+-- timer_seg = i, IN FRAME ORDER (the k-th of them is frame k, hashed at bytes 16k..16k+15
+-- of seg_hashes[i]); tenant and queue of a timer are its segment's.
+-- Refused with 22023 naming the array: segment arrays of different lengths, timer arrays
+-- of different lengths, a null element, seg_counts[i] < 1, seg_hashes[i] not
+-- 16 * seg_counts[i] bytes, timer_seg[j] outside 1..n, a segment whose timer count differs
+-- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
+-- segment (timers sharing a txn go in different segments).
+-- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
+-- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
+-- a segment is live only if it holds ALL its rows, else it is "stale" and its held rows
+-- are released in this call (token and claimed_until nulled: due again, no attempt spent).
+-- Live segments are processed as if one by one in array order; the work is done by
+-- statements over all segments at once (the append shared with log_push_v1,
+-- log_append_dedup_v1 in 001), and a call whose append loses a dedup index row to a
+-- concurrent writer undoes that append and does its live segments one by one. Dedup: a
+-- segment with any hash already in its queue's dedup index within dedup_window_ms
+-- (including index rows written earlier in this same call) is "duplicate": its timers
+-- whose txn is already in the log are deleted (they were delivered), the others released
+-- so the next cycle re-packs them. Otherwise the segment is appended (offsets from
+-- last_offset + 1, log_segments, log_txns, dedup index rows) and its timers deleted. A
+-- concurrent writer of the same transaction id into the same queue is caught by the dedup
+-- index upsert itself (it waits for that writer's outcome), and the segment is then
+-- answered "duplicate", nothing allocated for it.
+-- The steps are internal helpers, in this order: log_timers_fire_check_v1 (the refusals),
+-- log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids, provisioning),
+-- log_partitions_lock_v1 and log_append_dedup_v1 (001), log_timers_fire_settle_v1 (the
+-- rows deleted or released, the answer).
+-- Locks, in order: rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
+-- queues and log_partitions only to provision missing ones (inserts, in (tenant, queue,
+-- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
+-- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
+-- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
+-- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
+-- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
+-- held by someone else (another broker's fire, a push) answers {"status": "busy"}: its
+-- rows stay claimed and held by the caller, who fires them in a later call. Two brokers
+-- firing batches that span the same partitions then each deliver the partitions nobody
+-- holds instead of queueing behind each other; the caller's second call waits, so a
+-- partition that is never free still gets its timers.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+-- Its set-based statements run over array parameters whose sizes the planner cannot see
+-- (generate_series counts as 1,000 rows per segment): estimates that cross jit_above_cost
+-- and a JIT compile of ~350 ms for statements that run in under a millisecond.
+SET jit = off
+-- The same estimates make every generic plan look dearer than a custom one, so plpgsql
+-- planned most statements of a fire afresh on every call (0.2-0.5 ms each, about 1.5 ms a
+-- call, measured 2026-11-30): generic plans, made once per session, for the fire and the
+-- helpers it calls. Every statement that reads a table does so through its primary key
+-- (= ANY, or LATERAL ... LIMIT 1 per element), which a generic plan keeps.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_nseg   int := coalesce(cardinality(p_seg_tenants), 0);
+    v_hold   record;        -- held (per timer), held_n and live (per segment)
+    v_ids    record;        -- queue_ids, partition_ids, windows (live segments)
+    v_last   bigint[];      -- per segment: its partition's last_offset, null unless locked
+    v_app    record;        -- base_offsets, dup_seg, dup_frame
+BEGIN
+    PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
+    IF v_nseg = 0 THEN
+        RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
+                                  'duplicate', 0, 'released', 0);
+    END IF;
+
+    -- Hold what is ours; a segment missing any row is stale.
+    v_hold := queen.log_timers_fire_hold_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+        p_seg_counts, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
+
+    -- The live segments' queues and partitions (provisioned when missing), then their
+    -- partition rows FOR UPDATE in ascending id order: the fire's only waits (none with
+    -- p_wait false, where a partition someone else holds leaves its segments busy).
+    v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live);
+    v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
+
+    -- Dedup and append, as if one by one in array order (skips segments without v_last).
+    v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
+        p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now);
+
+    RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
+        p_timer_keys, p_timer_seg, p_now, v_hold.held, v_hold.held_n, v_ids.partition_ids,
+        v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
 END
 $fn$;

@@ -19,8 +19,10 @@
 -- privileges, so the functions run as their owner. Safe because every one of them pins
 -- search_path (pg_catalog first, then queen, pg_temp last), builds no dynamic SQL from its
 -- arguments, and EXECUTE on it is granted to named roles only. Internal helpers (name and
--- length checks, provisioning, the zstd frame check, epoch_ms_v1, kv_live_v1) stay SECURITY
--- INVOKER and are granted to nobody: they are only ever called from inside the functions.
+-- length checks, provisioning, the partition locks and the append of 001, the fire's
+-- helpers of 003, the zstd frame check, epoch_ms_v1, kv_live_v1) stay SECURITY INVOKER and
+-- are granted to nobody: they are only ever called from inside the functions, and the
+-- REVOKE from PUBLIC below covers them as it covers every function of the schema.
 --
 -- Applying. Idempotent like 001-005, and part of the same apply (the plugin embeds it). The
 -- roles are created only when missing and only when the applier may create roles
