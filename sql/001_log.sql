@@ -29,8 +29,8 @@ CREATE TABLE IF NOT EXISTS queen.schema_apply (
 
 -- The apply mutex: a second concurrent apply waits here until the first commits, then
 -- finds every object in place. Harmless under `psql -f` (autocommit: released at once).
--- apply_count counts applications of this file; 002-004 take the same row lock without
--- counting.
+-- apply_count counts applications of this file; the later files take the same row lock
+-- without counting.
 INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
 ON CONFLICT (id) DO UPDATE
@@ -171,7 +171,8 @@ AS $fn$
 $fn$;
 
 -- ---------------------------------------------------------------------------------------
--- Internal helpers shared by the push and the fire
+-- Internal helpers shared by the push and the fire (003): checks, provisioning, the
+-- partition locks and the one append to the log
 -- ---------------------------------------------------------------------------------------
 
 -- queen.check_now_v1(fn, now): raises 22023, message naming fn and the accepted range,
@@ -251,46 +252,302 @@ BEGIN
 END
 $fn$;
 
--- queen.log_append_v1(queue_id, partition_id, count, hashes, blob, now) -> (base_offset, end_offset)
--- Appends one segment to a partition whose row the CALLER ALREADY HOLDS FOR UPDATE (or is
--- about to: the UPDATE below takes it), and records its transaction hashes in the segment's
--- log_txns row and in the queue's dedup index (refreshing an older entry for the same hash).
--- Locks: the log_partitions row (UPDATE), then new rows of log_segments, log_txns and
--- log_txn_index (index rows of the same queue and hash conflict only with a concurrent
--- writer of the same transaction id).
-CREATE OR REPLACE FUNCTION queen.log_append_v1(
-    p_queue_id bigint, p_partition_id bigint, p_count int, p_hashes bytea, p_blob bytea,
-    p_now timestamptz, OUT base_offset bigint, OUT end_offset bigint)
+-- queen.log_partitions_lock_v1(partition_ids bigint[], wait boolean) -> bigint[]
+-- Takes the named log_partitions rows FOR UPDATE in ascending id order, in one statement,
+-- and returns, element for element, the last_offset read under that lock: null for a null
+-- id, an id that does not exist, or (wait false) a row someone else holds. A row named
+-- twice is locked once. wait true (or null): FOR UPDATE, which waits; false: FOR UPDATE
+-- SKIP LOCKED, which never waits. Every writer of the log takes its partitions here, then
+-- appends with log_append_dedup_v1 under these locks.
+-- Locks: the log_partitions rows, FOR UPDATE (or FOR UPDATE SKIP LOCKED), ascending id.
+CREATE OR REPLACE FUNCTION queen.log_partitions_lock_v1(p_partition_ids bigint[], p_wait boolean)
+RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
+DECLARE
+    v_last bigint[];
 BEGIN
-    UPDATE queen.log_partitions p
-       SET last_offset = p.last_offset + p_count
-     WHERE p.id = p_partition_id
-    RETURNING p.last_offset INTO end_offset;
-    IF end_offset IS NULL THEN
-        RAISE EXCEPTION 'log_append_v1: partition % does not exist', p_partition_id
-            USING ERRCODE = '22023';
+    -- The ids are an index condition (the scan drops nulls and repeats); the ORDER BY puts
+    -- the row locks in ascending id order (LockRows runs above the sort).
+    IF p_wait IS DISTINCT FROM false THEN
+        WITH l AS MATERIALIZED (
+            SELECT lp.id, lp.last_offset
+              FROM queen.log_partitions lp
+             WHERE lp.id = ANY (p_partition_ids)
+             ORDER BY lp.id
+               FOR UPDATE)
+        SELECT array_agg(l.last_offset ORDER BY g.n) INTO v_last
+          FROM unnest(p_partition_ids) WITH ORDINALITY AS g(id, n)
+          LEFT JOIN l ON l.id = g.id;
+    ELSE
+        WITH l AS MATERIALIZED (
+            SELECT lp.id, lp.last_offset
+              FROM queen.log_partitions lp
+             WHERE lp.id = ANY (p_partition_ids)
+             ORDER BY lp.id
+               FOR UPDATE SKIP LOCKED)
+        SELECT array_agg(l.last_offset ORDER BY g.n) INTO v_last
+          FROM unnest(p_partition_ids) WITH ORDINALITY AS g(id, n)
+          LEFT JOIN l ON l.id = g.id;
     END IF;
-    base_offset := end_offset - p_count + 1;
+    RETURN v_last;
+END
+$fn$;
 
-    INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
-    VALUES (p_partition_id, base_offset, end_offset, p_count, p_now, p_blob);
+-- The single-segment append of earlier builds (log_append_v1), replaced by the one below.
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_append_v1(bigint, bigint, integer, bytea, bytea, timestamp with time zone)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_append_v1(bigint, bigint, integer, bytea, bytea, timestamptz);
+    END IF;
+END
+$drop$;
 
-    INSERT INTO queen.log_txns (partition_id, base_offset, hashes)
-    VALUES (p_partition_id, base_offset, p_hashes);
+-- queen.log_dedup_check_v1(queue_ids bigint[], last_offsets bigint[], counts int[],
+--     hashes bytea[], windows bigint[], now timestamptz)
+--   -> (append boolean[], dup_seg int[], dup_frame int[])
+-- The dedup check of log_append_dedup_v1 (same arguments; see there), as if the segments
+-- were looked at one by one in array order: append[i] is false for a skipped segment
+-- (last_offsets[i] null) and for a duplicate, a segment with any hash that has a row in
+-- its queue's dedup index created within windows[i] ms of now, or that an earlier
+-- segment of this call that is appended carries when windows[i] > 0 (its index rows will
+-- say now). The frames of the duplicates that are in the log are listed pairwise in
+-- (dup_seg, dup_frame) as (segment, 0-based frame), ascending. One statement; the rows it
+-- reads are not locked (the append's upsert catches a concurrent writer).
+-- Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_dedup_check_v1(
+    p_queue_ids bigint[], p_last_offsets bigint[], p_counts int[], p_hashes bytea[],
+    p_windows bigint[], p_now timestamptz,
+    OUT append boolean[], OUT dup_seg int[], OUT dup_frame int[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off
+AS $fn$
+DECLARE
+    v_n     int := coalesce(cardinality(p_last_offsets), 0);
+    v_hit_s int[];          -- frames whose hash is in the index within the window
+    v_hit_k int[];
+    v_pr_s  int[];          -- frame (segment, frame) repeating a hash of an earlier
+    v_pr_k  int[];          --   segment e of the same queue (window > 0)
+    v_pr_e  int[];
+    v_x     int;
+BEGIN
+    -- One primary-key probe per frame (LATERAL ... LIMIT 1): a plain join here gets a
+    -- cached generic plan that hashes the whole index table, and the fire then slows down
+    -- in proportion to everything ever fired into the queue.
+    WITH f AS MATERIALIZED (
+        SELECT g.i, k.k, p_queue_ids[g.i] AS qid, p_windows[g.i] AS win,
+               substring(p_hashes[g.i] FROM 16 * k.k + 1 FOR 16) AS hash
+          FROM generate_series(1, v_n) AS g(i)
+         CROSS JOIN LATERAL generate_series(0, p_counts[g.i] - 1) AS k(k)
+         WHERE p_last_offsets[g.i] IS NOT NULL),
+    hit AS MATERIALIZED (
+        SELECT f.i, f.k
+          FROM f
+         CROSS JOIN LATERAL (SELECT 1
+                               FROM queen.log_txn_index x
+                              WHERE x.queue_id = f.qid
+                                AND x.hash = f.hash
+                                AND x.created_at > p_now - f.win * interval '1 millisecond'
+                              LIMIT 1) AS y),
+    pr AS MATERIALIZED (
+        SELECT b.i, b.k, a.i AS e
+          FROM f a
+          JOIN f b ON b.qid = a.qid AND b.hash = a.hash AND b.i > a.i
+         WHERE a.win > 0)
+    SELECT ARRAY(SELECT p_last_offsets[g.i] IS NOT NULL FROM generate_series(1, v_n) AS g(i) ORDER BY g.i),
+           (SELECT array_agg(hit.i) FROM hit), (SELECT array_agg(hit.k) FROM hit),
+           (SELECT array_agg(pr.i ORDER BY pr.i, pr.e) FROM pr),
+           (SELECT array_agg(pr.k ORDER BY pr.i, pr.e) FROM pr),
+           (SELECT array_agg(pr.e ORDER BY pr.i, pr.e) FROM pr)
+      INTO append, v_hit_s, v_hit_k, v_pr_s, v_pr_k, v_pr_e;
+    FOR v_x IN 1 .. coalesce(cardinality(v_hit_s), 0) LOOP
+        append[v_hit_s[v_x]] := false;
+    END LOOP;
+    -- In array order: a frame repeating a hash of an earlier segment that is appended is
+    -- in the log by the time its own segment is looked at.
+    FOR v_x IN 1 .. coalesce(cardinality(v_pr_s), 0) LOOP
+        IF append[v_pr_e[v_x]] THEN
+            append[v_pr_s[v_x]] := false;
+        ELSE
+            v_pr_s[v_x] := NULL;        -- not a frame in the log
+        END IF;
+    END LOOP;
+    IF v_hit_s IS NOT NULL OR v_pr_s IS NOT NULL THEN
+        SELECT array_agg(d.s ORDER BY d.s, d.k), array_agg(d.k ORDER BY d.s, d.k)
+          INTO dup_seg, dup_frame
+          FROM (SELECT h.s, h.k FROM unnest(v_hit_s, v_hit_k) AS h(s, k)
+                UNION
+                SELECT r.s, r.k FROM unnest(v_pr_s, v_pr_k) AS r(s, k) WHERE r.s IS NOT NULL) d;
+    END IF;
+    dup_seg := coalesce(dup_seg, '{}');
+    dup_frame := coalesce(dup_frame, '{}');
+END
+$fn$;
 
-    -- A hash repeated inside one segment is indexed once, at its last frame.
-    INSERT INTO queen.log_txn_index AS i (queue_id, hash, partition_id, log_offset, created_at)
-    SELECT DISTINCT ON (h.hash) p_queue_id, h.hash, p_partition_id, base_offset + h.k, p_now
-      FROM (SELECT k, substring(p_hashes FROM 16 * k + 1 FOR 16) AS hash
-              FROM generate_series(0, p_count - 1) AS k) h
-     ORDER BY h.hash, h.k DESC
-    ON CONFLICT (queue_id, hash) DO UPDATE
-        SET partition_id = excluded.partition_id,
-            log_offset   = excluded.log_offset,
-            created_at   = excluded.created_at;
+-- queen.log_append_dedup_v1(queue_ids bigint[], partition_ids bigint[], last_offsets bigint[],
+--     counts int[], hashes bytea[], blobs bytea[], windows bigint[], dedup boolean,
+--     now timestamptz) -> (base_offsets bigint[], dup_seg int[], dup_frame int[])
+-- THE append to the log: every writer calls it (log_push_v1 with one segment, the fire
+-- with all its segments). Segment i goes to partition partition_ids[i] of queue
+-- queue_ids[i]; last_offsets[i] is that partition's last_offset as read under the CALLER'S
+-- FOR UPDATE lock on it (log_partitions_lock_v1; the same value for every segment of one
+-- partition), or null: segment i is skipped (not looked at, not appended). counts[i] >= 1
+-- frames whose transaction hashes are hashes[i] (16 bytes each, frame order) and whose
+-- encoded segment is blobs[i]; the caller has checked all of it.
+-- The segments are processed as if one by one in array order:
+--   dedup false (a push): every segment is appended; windows is not read (may be null).
+--   dedup true (the fire; the check is log_dedup_check_v1): a segment with any hash
+--     already in its queue's dedup index within windows[i] ms of now (rows written for an
+--     earlier segment of this call included: they carry now, so they count only in a
+--     window > 0) is a duplicate and is not appended; its frames already in the log are
+--     listed pairwise in (dup_seg, dup_frame) as (segment, 0-based frame), ascending.
+-- An appended segment takes the offsets after last_offset (segments of one partition
+-- consecutive, in array order), a log_segments and a log_txns row, and one dedup index row
+-- per hash (a hash repeated in a segment, or in appended segments of one queue, is indexed
+-- once, at its last frame) that replaces the older row of that hash: always without dedup,
+-- only a row outside the window with it. base_offsets[i] is its first offset (null when
+-- skipped or duplicate). With dedup, an index row inside the window that the check did not
+-- see belongs to a concurrent writer of the same transaction id that has committed since
+-- (the upsert waited for its outcome) and is left alone: then nothing is allocated, the
+-- index rows this call took are deleted again, and the segments are done one at a time
+-- (this function on each); one that loses that way alone is a duplicate whose frames in
+-- the log are those whose rows it did not get.
+-- Locks, in order: log_txn_index rows of the appended hashes, ascending (queue, hash) (a
+-- wait only on a concurrent writer of the same transaction id); then the partition rows
+-- the caller holds; then new rows of log_segments and log_txns.
+CREATE OR REPLACE FUNCTION queen.log_append_dedup_v1(
+    p_queue_ids bigint[], p_partition_ids bigint[], p_last_offsets bigint[], p_counts int[],
+    p_hashes bytea[], p_blobs bytea[], p_windows bigint[], p_dedup boolean, p_now timestamptz,
+    OUT base_offsets bigint[], OUT dup_seg int[], OUT dup_frame int[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+-- generate_series over array elements counts as 1,000 rows per segment: estimates that
+-- would cross jit_above_cost, and make a generic plan look dearer than planning each call
+-- afresh (see the fire, 003).
+SET jit = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_n     int := coalesce(cardinality(p_partition_ids), 0);
+    v_app   boolean[];      -- per segment: to be appended
+    v_chk   record;         -- log_dedup_check_v1
+    v_x     int;
+    v_ok    boolean;
+    v_won_q bigint[];       -- index rows the upsert took
+    v_won_h bytea[];
+    v_tq    record;
+    v_last  bigint[];
+    v_one   record;
+    v_i     int;
+BEGIN
+    IF p_dedup THEN
+        v_chk := queen.log_dedup_check_v1(p_queue_ids, p_last_offsets, p_counts, p_hashes,
+                                          p_windows, p_now);
+        v_app := v_chk.append;
+        dup_seg := v_chk.dup_seg;
+        dup_frame := v_chk.dup_frame;
+    ELSE
+        v_app := array_fill(false, ARRAY[v_n]);
+        FOR v_x IN 1 .. v_n LOOP
+            v_app[v_x] := p_last_offsets[v_x] IS NOT NULL;
+        END LOOP;
+    END IF;
+    dup_seg := coalesce(dup_seg, '{}');
+    dup_frame := coalesce(dup_frame, '{}');
+    base_offsets := array_fill(NULL::bigint, ARRAY[v_n]);
+    IF NOT (true = ANY (v_app)) THEN
+        RETURN;
+    END IF;
+
+    -- Offsets, the dedup index rows, and, only if every index row was taken, the partition
+    -- allocators, the segments and their hashes: one statement. The index upsert runs
+    -- first (the other writes wait on its outcome through "ok").
+    WITH a AS MATERIALIZED (
+        SELECT g.i, p_partition_ids[g.i] AS pid, p_last_offsets[g.i] - p_counts[g.i] + 1
+               + sum(p_counts[g.i]) OVER (PARTITION BY p_partition_ids[g.i] ORDER BY g.i) AS base
+          FROM generate_series(1, v_n) AS g(i)
+         WHERE v_app[g.i]),
+    f AS MATERIALIZED (
+        SELECT DISTINCT ON (p_queue_ids[a.i], h.hash) p_queue_ids[a.i] AS qid, h.hash, a.pid,
+               a.base + h.k AS off
+          FROM a
+         CROSS JOIN LATERAL (SELECT k.k, substring(p_hashes[a.i] FROM 16 * k.k + 1 FOR 16) AS hash
+                               FROM generate_series(0, p_counts[a.i] - 1) AS k(k)) h
+         ORDER BY p_queue_ids[a.i], h.hash, a.i DESC, h.k DESC),
+    ins AS (
+        INSERT INTO queen.log_txn_index AS ix (queue_id, hash, partition_id, log_offset, created_at)
+        SELECT f.qid, f.hash, f.pid, f.off, p_now FROM f ORDER BY f.qid, f.hash
+        ON CONFLICT (queue_id, hash) DO UPDATE
+            SET partition_id = excluded.partition_id,
+                log_offset = excluded.log_offset,
+                created_at = excluded.created_at
+          WHERE NOT p_dedup
+             OR ix.created_at <= p_now - p_windows[array_position(p_queue_ids, ix.queue_id)] * interval '1 millisecond'
+        RETURNING ix.queue_id, ix.hash),
+    ok AS MATERIALIZED (
+        SELECT (SELECT count(*) FROM ins) = (SELECT count(*) FROM f) AS ok),
+    m AS MATERIALIZED (
+        SELECT array_agg(e.pid ORDER BY e.pid) AS ids, array_agg(e.last ORDER BY e.pid) AS lasts
+          FROM (SELECT a.pid, max(a.base + p_counts[a.i] - 1) AS last FROM a GROUP BY a.pid) e),
+    lp AS (
+        UPDATE queen.log_partitions lp
+           SET last_offset = (SELECT m.lasts[array_position(m.ids, lp.id)] FROM m)
+         WHERE lp.id = ANY ((SELECT m.ids FROM m)::bigint[]) AND (SELECT ok.ok FROM ok)
+        RETURNING 1),
+    seg AS (
+        INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
+        SELECT a.pid, a.base, a.base + p_counts[a.i] - 1, p_counts[a.i], p_now, p_blobs[a.i]
+          FROM a
+         WHERE (SELECT ok.ok FROM ok)
+        RETURNING 1),
+    txn AS (
+        INSERT INTO queen.log_txns (partition_id, base_offset, hashes)
+        SELECT a.pid, a.base, p_hashes[a.i]
+          FROM a
+         WHERE (SELECT ok.ok FROM ok)
+        RETURNING 1)
+    SELECT (SELECT ok.ok FROM ok),
+           ARRAY(SELECT a.base FROM generate_series(1, v_n) AS g(i) LEFT JOIN a ON a.i = g.i ORDER BY g.i),
+           (SELECT array_agg(ins.queue_id) FROM ins), (SELECT array_agg(ins.hash) FROM ins)
+      INTO v_ok, base_offsets, v_won_q, v_won_h;
+    IF v_ok THEN
+        RETURN;
+    END IF;
+
+    -- Lost a race with a concurrent writer of the same transaction: give back the index
+    -- rows taken (nothing was allocated), then one segment at a time.
+    FOR v_tq IN SELECT w.q, array_agg(w.h) AS hs FROM unnest(v_won_q, v_won_h) AS w(q, h) GROUP BY w.q LOOP
+        DELETE FROM queen.log_txn_index AS ix WHERE ix.queue_id = v_tq.q AND ix.hash = ANY (v_tq.hs);
+    END LOOP;
+    base_offsets := array_fill(NULL::bigint, ARRAY[v_n]);
+    IF v_n = 1 THEN
+        SELECT ARRAY[]::int[] || array_agg(1), ARRAY[]::int[] || array_agg(k.k ORDER BY k.k)
+          INTO dup_seg, dup_frame
+          FROM generate_series(0, p_counts[1] - 1) AS k(k)
+         WHERE NOT substring(p_hashes[1] FROM 16 * k.k + 1 FOR 16) = ANY (coalesce(v_won_h, '{}'));
+        RETURN;
+    END IF;
+    dup_seg := '{}';
+    dup_frame := '{}';
+    v_last := p_last_offsets;
+    FOR v_x IN 1 .. v_n LOOP
+        CONTINUE WHEN v_last[v_x] IS NULL;
+        v_one := queen.log_append_dedup_v1(ARRAY[p_queue_ids[v_x]], ARRAY[p_partition_ids[v_x]],
+            ARRAY[v_last[v_x]], ARRAY[p_counts[v_x]], ARRAY[p_hashes[v_x]], ARRAY[p_blobs[v_x]],
+            ARRAY[p_windows[v_x]], p_dedup, p_now);
+        base_offsets[v_x] := v_one.base_offsets[1];
+        dup_seg := dup_seg || array_fill(v_x, ARRAY[cardinality(v_one.dup_frame)]);
+        dup_frame := dup_frame || v_one.dup_frame;
+        IF v_one.base_offsets[1] IS NOT NULL THEN
+            FOR v_i IN v_x + 1 .. v_n LOOP
+                IF p_partition_ids[v_i] = p_partition_ids[v_x] THEN
+                    v_last[v_i] := v_last[v_i] + p_counts[v_x];
+                END IF;
+            END LOOP;
+        END IF;
+    END LOOP;
 END
 $fn$;
 
@@ -306,9 +563,14 @@ $fn$;
 -- duplicate. Provisions the queue and partition when missing.
 -- Refused with 22023: null arguments, now outside [1970, 10000) (check_now_v1), empty
 -- names, queue or partition over 512 bytes, count < 1, hashes not 16 * count bytes.
+-- Appended by log_append_dedup_v1 without the dedup window: offsets from last_offset + 1,
+-- one log_segments and one log_txns row, and a dedup index row per hash that replaces any
+-- older row of that hash (a hash repeated in the segment is indexed once, at its last
+-- frame).
 -- Locks, in order: queues (provisioning insert only), log_partitions (provisioning insert,
--- then the partition row FOR UPDATE), then new rows of log_segments / log_txns /
--- log_txn_index.
+-- then the partition row FOR UPDATE, log_partitions_lock_v1), then log_txn_index rows of
+-- the segment's hashes (a wait only on a concurrent writer of the same transaction id),
+-- then new rows of log_segments and log_txns.
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_tenant uuid, p_queue text, p_partition text, p_count int, p_hashes bytea,
     p_blob bytea, p_now timestamptz)
@@ -318,6 +580,7 @@ SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
     v_prov   record;
+    v_last   bigint[];
     v_seg    record;
 BEGIN
     IF p_tenant IS NULL OR p_queue IS NULL OR p_partition IS NULL OR p_count IS NULL
@@ -341,12 +604,17 @@ BEGIN
     END IF;
 
     v_prov := queen.log_provision_v1(p_tenant, p_queue, p_partition);
-    PERFORM 1 FROM queen.log_partitions p WHERE p.id = v_prov.partition_id FOR UPDATE;
-    v_seg := queen.log_append_v1(v_prov.queue_id, v_prov.partition_id, p_count, p_hashes, p_blob, p_now);
+    v_last := queen.log_partitions_lock_v1(ARRAY[v_prov.partition_id], true);
+    IF v_last[1] IS NULL THEN
+        RAISE EXCEPTION 'log_push_v1: partition % does not exist', v_prov.partition_id
+            USING ERRCODE = '22023';
+    END IF;
+    v_seg := queen.log_append_dedup_v1(ARRAY[v_prov.queue_id], ARRAY[v_prov.partition_id], v_last,
+        ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob], NULL, false, p_now);
 
     RETURN jsonb_build_object(
-        'baseOffset', v_seg.base_offset,
-        'endOffset', v_seg.end_offset,
+        'baseOffset', v_seg.base_offsets[1],
+        'endOffset', v_seg.base_offsets[1] + p_count - 1,
         'partitionId', v_prov.partition_id,
         'queueId', v_prov.queue_id);
 END

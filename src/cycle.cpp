@@ -37,9 +37,9 @@ Task<void> Sweeper::run() {
     if (!hard_stop_.load()) co_await release_held();
 }
 
-// The schema version this library's sql/ records (sql/006_version.sql). An embedded
+// The schema version this library's sql/ records (sql/007_version.sql). An embedded
 // schema without queen.schema_version_v1 is unversioned: no check is possible.
-constexpr int64_t kSchemaVersion = 2;
+constexpr int64_t kSchemaVersion = 3;
 
 static bool embedded_schema_versioned() {
     return std::string_view(kSchemaSql).find("schema_version_v1") != std::string_view::npos;

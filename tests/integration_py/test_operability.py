@@ -30,7 +30,7 @@ from firekit import TENANT_A, assert_clean_stop, connect, op_schedule, unique, w
 from queen_sweeper import StateError, Timeout
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_VERSION = 2  # what sql/006_version.sql records
+SCHEMA_VERSION = 3  # what sql/007_version.sql records
 
 
 def metric(text: str, sample: str) -> float:

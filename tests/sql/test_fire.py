@@ -420,6 +420,73 @@ def test_lost_race_undoes_only_the_losing_segment(q, connections):
     assert [i["log_offset"] for i in idx] == [1]
 
 
+def test_lost_race_of_a_first_segment_leaves_no_gap_in_its_partition(q, connections):
+    """The losing segment comes first: nothing was allocated for it, so the next segment of
+    the same partition, done one by one after the undo, starts right after the old end."""
+    import threading
+    from sqlkit import Queen
+    q.push(["seed"], partition="P2")
+    sched(q, ["a"], txns=["X"], partition="P1")
+    sched(q, ["b", "c"], txns=["X", "Y"], partition="P2")
+    rows = by_key(q.claim())
+    first = connections()
+    first.autocommit = False
+    assert Queen(first).fire([(T1, "q", "P1", [rows["a"]])])["fired"] == 1
+    second = connections(options="-c statement_timeout=10000")
+    pid = second.get_backend_pid()
+    out = {}
+
+    def run():
+        try:
+            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["b"]]),
+                                             (T1, "q", "P2", [rows["c"]])])
+        except Exception as e:                  # noqa: BLE001
+            out["err"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 5
+    waiting = None
+    while time.monotonic() < deadline:
+        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+        if waiting == "Lock":
+            break
+        time.sleep(0.02)
+    assert waiting == "Lock"
+    first.commit()
+    t.join(10)
+    assert "err" not in out, out.get("err")
+    segs = out["res"]["segments"]
+    assert segs[0] == {"status": "duplicate", "duplicates": 1, "released": 0}
+    assert (segs[1]["status"], segs[1]["baseOffset"], segs[1]["endOffset"]) == ("fired", 1, 1)
+    assert (out["res"]["fired"], out["res"]["duplicate"], out["res"]["released"]) == (1, 1, 0)
+    assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 1
+    assert [s["base_offset"] for s in q.read(partition="P2")] == [0, 1]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    idx = q.all("SELECT p.name, x.log_offset FROM queen.log_txn_index x"
+                " JOIN queen.log_partitions p ON p.id = x.partition_id WHERE x.hash = %s",
+                (txn_hash("X"),))
+    assert [(i["name"], i["log_offset"]) for i in idx] == [("P1", 0)]
+
+
+def test_push_appends_inside_the_window_and_indexes_a_repeated_hash_at_its_last_frame(q):
+    """The push shares the fire's append without the window: always appended, a hash
+    repeated in its segment indexed once (last frame), an index row inside the window
+    replaced; a fire of that transaction afterwards is a duplicate."""
+    first = q.push(["a", "b", "a"])
+    assert (first["baseOffset"], first["endOffset"]) == (0, 2)
+    idx = {bytes(r["hash"]): r["log_offset"] for r in q.all("SELECT hash, log_offset FROM queen.log_txn_index")}
+    assert idx == {txn_hash("a"): 2, txn_hash("b"): 1}
+    again = q.push(["a"])
+    assert (again["baseOffset"], again["endOffset"]) == (3, 3)
+    assert q.one("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (txn_hash("a"),)) == 3
+    assert [s["base_offset"] for s in q.read()] == [0, 3]
+    sched(q, ["t"], txns=["a"])
+    res = q.fire([(T1, "q", "Default", q.claim())])
+    assert res["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 0}]
+    assert q.one("SELECT last_offset FROM queen.log_partitions") == 3
+
+
 def test_stale_and_busy_and_fired_in_one_call(q, connections):
     sched(q, ["a"], partition="P1")
     sched(q, ["b", "c"], partition="P2")

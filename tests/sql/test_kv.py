@@ -300,7 +300,7 @@ def test_usage_samples_a_large_table(q):
               SELECT 'ns', 'k' || g, '1' FROM generate_series(1, 210000) g""")
     q.exec("ANALYZE queen.kv")
     assert q.one("SELECT reltuples FROM pg_class WHERE oid = 'queen.kv'::regclass") > 200000
-    # The measured threshold is 1M rows (004); this connection lowers it for the test.
+    # The measured threshold is 1M rows (005); this connection lowers it for the test.
     q.exec("SELECT set_config('queen.kv_usage_sample_above', '200000', false)")
     r = q.usage_step(shards=list(range(64)))
     assert r["sampled"] is True

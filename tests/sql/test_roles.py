@@ -1,5 +1,5 @@
-"""Least privilege (issue 8, item 14): the group roles of sql/005_roles.sql, the schema
-version of 006, and search_path pinning.
+"""Least privilege (issue 8, item 14): the group roles of sql/006_roles.sql, the schema
+version of 007, and search_path pinning.
 
 Runs as the LOGIN roles tests/pg creates: queen_test_sweeper (member of queen_sweeper
 only) and queen_test_broker (queen_broker only). Setup and inspection use the superuser."""
@@ -98,7 +98,7 @@ def test_sweeper_can_call_everything_it_uses(q, as_sweeper):
         sql, args = SWEEPER_CALLS[name]
         as_sweeper.exec(sql, args)
     assert as_sweeper.one("SELECT queen.switch_enabled_v1('timers_fire_enabled', true)") is True
-    assert as_sweeper.one("SELECT queen.schema_version_v1()") == 2
+    assert as_sweeper.one("SELECT queen.schema_version_v1()") == 3
 
 
 def test_broker_can_call_everything_it_uses(as_broker):
@@ -106,7 +106,7 @@ def test_broker_can_call_everything_it_uses(as_broker):
         sql, args = BROKER_CALLS[name]
         as_broker.exec(sql, args)
     assert as_broker.one("SELECT queen.switch_enabled_v1('timers_schedule_enabled', true)") is True
-    assert as_broker.one("SELECT queen.schema_version_v1()") == 2
+    assert as_broker.one("SELECT queen.schema_version_v1()") == 3
 
 
 def test_a_timer_goes_through_with_each_role_doing_its_part(q, as_broker, as_sweeper):
@@ -141,7 +141,7 @@ def test_a_timer_goes_through_with_each_role_doing_its_part(q, as_broker, as_swe
 
 def test_grants_are_exact(q):
     """What each group role may execute in schema queen, read from the catalog: the lists in
-    005 and 006, nothing more, and nothing at all for PUBLIC."""
+    006 and 007, nothing more, and nothing at all for PUBLIC."""
     def executable(role):
         return sorted(r["proname"] for r in q.all(
             "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'queen'::regnamespace"
@@ -197,9 +197,9 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
 
 
 def test_schema_version_and_its_table(q):
-    assert q.one("SELECT queen.schema_version_v1()") == 2
+    assert q.one("SELECT queen.schema_version_v1()") == 3
     row = q.all("SELECT component, version FROM queen.schema_info")
-    assert row == [{"component": "queen-sweeper", "version": 2}]
+    assert row == [{"component": "queen-sweeper", "version": 3}]
 
 
 # ---------------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ def test_shadowed_operator_does_not_change_what_a_broker_reads(q, hijacker):
 
 def test_apply_by_an_owner_without_createrole(q, connections):
     """A database owner that is neither superuser nor CREATEROLE applies the whole schema:
-    005 skips the roles and the ownership with a NOTICE, and still takes PUBLIC's rights
+    006 skips the roles and the ownership with a NOTICE, and still takes PUBLIC's rights
     away and grants the (existing) group roles exactly their functions."""
     from sqlkit import apply_schema
     owner = "queen_test_owner_%s" % uuid.uuid4().hex[:6]
@@ -291,7 +291,7 @@ def test_apply_by_an_owner_without_createrole(q, connections):
         apply_schema(conn)                               # and again: idempotent
         assert any("ownership left as it is" in n for n in conn.notices[notices_before:]), conn.notices
         own = Queen(conn)
-        assert own.one("SELECT queen.schema_version_v1()") == 2
+        assert own.one("SELECT queen.schema_version_v1()") == 3
         assert own.one("SELECT count(*) FROM pg_proc p, aclexplode(coalesce(p.proacl,"
                        " acldefault('f', p.proowner))) a WHERE p.pronamespace = 'queen'::regnamespace"
                        " AND a.grantee = 0") == 0

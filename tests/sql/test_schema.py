@@ -27,8 +27,8 @@ def strip_comments(text):
 
 def test_files_are_numbered_and_complete():
     names = [os.path.basename(p) for p in sql_files()]
-    assert names == ["001_log.sql", "002_timers.sql", "003_kv.sql", "004_kv_maintenance.sql",
-                     "005_roles.sql", "006_version.sql"]
+    assert names == ["001_log.sql", "002_timers.sql", "003_fire.sql", "004_kv.sql",
+                     "005_kv_maintenance.sql", "006_roles.sql", "007_version.sql"]
 
 
 def test_no_listen_notify_outside_comments():
@@ -61,6 +61,23 @@ def test_every_function_has_a_locks_header():
                 j -= 1
             header = "\n".join(block)
             assert "Locks" in header, "%s: %s has no 'Locks' header comment" % (path, m.group(1))
+
+
+# log_timers_apply_v1 (002) predates the rule and waits for its own split.
+LONG_FUNCTIONS = {"queen.log_timers_apply_v1"}
+
+
+def test_no_function_is_longer_than_150_lines():
+    """From CREATE to the closing $fn$, header comment not counted: a longer body is split
+    into internal helpers (SECURITY INVOKER, granted to nobody), as the fire is (003)."""
+    for path in sql_files():
+        lines = open(path, encoding="utf-8").read().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"CREATE OR REPLACE FUNCTION (queen\.\w+)", line)
+            if not m or m.group(1) in LONG_FUNCTIONS:
+                continue
+            end = next(j for j in range(i, len(lines)) if lines[j].rstrip().endswith("$fn$;"))
+            assert end - i + 1 <= 150, "%s: %s is %d lines" % (path, m.group(1), end - i + 1)
 
 
 def test_storage_settings_carry_dated_blocks():
@@ -267,7 +284,7 @@ def test_broker_serves_without_the_maintenance_file(connections):
     try:
         conn = connect(dbname=name)
         try:
-            files = [p for p in sql_files() if not p.endswith("004_kv_maintenance.sql")]
+            files = [p for p in sql_files() if not p.endswith("005_kv_maintenance.sql")]
             apply_schema(conn, files)
             apply_schema(conn, files)
             qq = Queen(conn)

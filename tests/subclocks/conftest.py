@@ -57,7 +57,7 @@ QUEEN_TABLES = [
     "queen.kv", "queen.kv_quota", "queen.kv_usage",
 ]
 
-# The two functions of 004 that the class-42 tests drop (and the fixtures restore).
+# The two functions of 005 that the class-42 tests drop (and the fixtures restore).
 MAINTENANCE_FUNCTIONS = ("queen.kv_expire_step_v1(int2[], timestamptz, int)",
                          "queen.kv_usage_step_v1(int2[], timestamptz, int)")
 
@@ -91,11 +91,11 @@ def connect(conninfo, autocommit=True):
 def apply_sql_files(conn, names=None):
     """Apply sql/*.sql (or just `names`) in numeric order; the files are idempotent. After a
     partial apply the roles and version files run too: a function a test dropped comes back
-    owned by whoever applied it and executable by PUBLIC until 005 puts its owner and
+    owned by whoever applied it and executable by PUBLIC until 006 puts its owner and
     grants back, and the sweepers here log in as the queen_sweeper role."""
     files = sorted(SQL_DIR.glob("*.sql"))
     if names is not None:
-        files = [f for f in files if f.name in names or f.name >= "005"]
+        files = [f for f in files if f.name in names or f.name >= "006"]
     assert files, f"no sql files found under {SQL_DIR}"
     with conn.cursor() as cur:
         for f in files:
@@ -196,13 +196,13 @@ def reset_tables(conn):
 
 
 def restore_maintenance(conn):
-    """Put 004_kv_maintenance.sql back if a test dropped anything from it."""
+    """Put 005_kv_maintenance.sql back if a test dropped anything from it."""
     with conn.cursor() as cur:
         cur.execute("SELECT bool_and(to_regprocedure(f) IS NOT NULL) FROM unnest(%s::text[]) f",
                     (list(MAINTENANCE_FUNCTIONS),))
         complete = cur.fetchone()[0]
     if not complete:
-        apply_sql_files(conn, {"004_kv_maintenance.sql"})
+        apply_sql_files(conn, {"005_kv_maintenance.sql"})
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def broker_conninfo():
 
 @pytest.fixture(scope="session")
 def schema(conninfo):
-    """Apply sql/*.sql once (idempotent), and leave 004 complete at the end of the session."""
+    """Apply sql/*.sql once (idempotent), and leave 005 complete at the end of the session."""
     try:
         conn = connect(conninfo)
     except psycopg2.Error as e:  # pragma: no cover - environment problem
@@ -333,7 +333,7 @@ def connections(conninfo, schema):
 @pytest.fixture
 def q(connections, conninfo, broker_conninfo):
     """A Queen over a fresh autocommit connection (superuser), scheduling through the broker
-    role; queen tables emptied before and after, and 004 restored after the test whatever
+    role; queen tables emptied before and after, and 005 restored after the test whatever
     it dropped."""
     conn = connections()
     broker = connect(broker_conninfo)

@@ -3,7 +3,7 @@ process, with one warning, while the fire and the other phase keep running.
 
 The prune is broken by dropping queen.kv_expire_step_v1 (42883, undefined function); the
 rollup by revoking EXECUTE on queen.kv_usage_step_v1 from the role the sweeper logs in as
-(42501, insufficient privilege). Both are put back by the fixtures: 004 re-applied (the
+(42501, insufficient privilege). Both are put back by the fixtures: 005 re-applied (the
 q fixture), EXECUTE granted to PUBLIC again and the role dropped (limited_role)."""
 
 import time
@@ -56,7 +56,7 @@ def test_prune_off_config_when_its_function_is_dropped(q, sweepers):
         wait_for(lambda: h.stats()["rollup"]["runs_total"] >= runs_off + 3, 10,
                  what="the rollup to keep running")
         # For the life of the process: putting the function back does not revive it.
-        apply_sql_files(q.conn, {"004_kv_maintenance.sql"})
+        apply_sql_files(q.conn, {"005_kv_maintenance.sql"})
         cycles = h.stats()["cycles_total"]
         wait_for(lambda: h.stats()["cycles_total"] >= cycles + 10, 10, what="ten more cycles")
         st = h.stats()
@@ -90,13 +90,13 @@ def limited_role(q, conninfo):
             q.q(f"DROP OWNED BY {ROLE}")
             q.q(f"DROP ROLE {ROLE}")
         # Back to the default ACL (EXECUTE to PUBLIC, no explicit entry), exactly as a
-        # fresh apply leaves it: recreate both functions from 004.
+        # fresh apply leaves it: recreate both functions from 005.
         acl_touched = q.one("SELECT count(*) FROM pg_proc WHERE oid = ANY(ARRAY[to_regprocedure(%s),"
                             " to_regprocedure(%s)]::oid[]) AND proacl IS NOT NULL", (PRUNE_FN, ROLLUP_FN))
         if acl_touched:
             q.q(f"DROP FUNCTION IF EXISTS {ROLLUP_FN}")
             q.q(f"DROP FUNCTION IF EXISTS {PRUNE_FN}")
-            apply_sql_files(q.conn, {"004_kv_maintenance.sql"})
+            apply_sql_files(q.conn, {"005_kv_maintenance.sql"})
 
     cleanup()
     q.q(f"CREATE ROLE {ROLE} LOGIN NOSUPERUSER")

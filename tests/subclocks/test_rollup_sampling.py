@@ -3,7 +3,7 @@
 A full rollup reads every page of queen.kv (rows that never expire are in no index but the
 key), so its cost grows with the table: measured 2026-11-30 (tests/soak/README.md) at about
 1.4 s per pass at 1M rows on the test rig, 5x that at 5M. Above the threshold in
-sql/004_kv_maintenance.sql (pg_class.reltuples) the pass reads a TABLESAMPLE SYSTEM share of
+sql/005_kv_maintenance.sql (pg_class.reltuples) the pass reads a TABLESAMPLE SYSTEM share of
 the pages worth ~200k rows, scales the counts up and marks the result sampled. The session
 setting queen.kv_usage_sample_above overrides the threshold (a test and measurement seam,
 and an operator's)."""

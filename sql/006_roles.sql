@@ -1,4 +1,4 @@
--- 005_roles.sql: who may call what. Three NOLOGIN group roles, the schema's ownership, and
+-- 006_roles.sql: who may call what. Three NOLOGIN group roles, the schema's ownership, and
 -- every privilege on schema queen stated explicitly (nothing left to PUBLIC).
 --
 --   queen_owner    owns schema queen and everything in it. Nobody logs in as it; an
@@ -8,7 +8,7 @@
 --                  and the switches it reads (switch_enabled_v1).
 --   queen_broker   scheduling (log_timers_apply_v1: schedule, reschedule, cancel), KV
 --                  put / get / delete, log push and read, timer peek and list, switches.
--- Both group roles also get queen.schema_version_v1 (006). Neither gets any privilege on a
+-- Both group roles also get queen.schema_version_v1 (007). Neither gets any privilege on a
 -- table or a sequence: they act only through the functions.
 --
 -- Why the entry-point functions are SECURITY DEFINER (owned by queen_owner). Under SECURITY
@@ -19,10 +19,12 @@
 -- privileges, so the functions run as their owner. Safe because every one of them pins
 -- search_path (pg_catalog first, then queen, pg_temp last), builds no dynamic SQL from its
 -- arguments, and EXECUTE on it is granted to named roles only. Internal helpers (name and
--- length checks, provisioning, the zstd frame check, epoch_ms_v1, kv_live_v1) stay SECURITY
--- INVOKER and are granted to nobody: they are only ever called from inside the functions.
+-- length checks, provisioning, the partition locks and the append of 001, the fire's
+-- helpers of 003, the zstd frame check, epoch_ms_v1, kv_live_v1) stay SECURITY INVOKER and
+-- are granted to nobody: they are only ever called from inside the functions, and the
+-- REVOKE from PUBLIC below covers them as it covers every function of the schema.
 --
--- Applying. Idempotent like 001-004, and part of the same apply (the plugin embeds it). The
+-- Applying. Idempotent like 001-005, and part of the same apply (the plugin embeds it). The
 -- roles are created only when missing and only when the applier may create roles
 -- (superuser or CREATEROLE); ownership moves to queen_owner only for objects it does not
 -- own yet, and only when the applier may do that (superuser, or a member of queen_owner);
@@ -61,7 +63,7 @@ BEGIN
             IF v_can_create THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
             ELSE
-                RAISE NOTICE '005_roles: role % is missing and % may not create roles; a superuser must apply this file',
+                RAISE NOTICE '006_roles: role % is missing and % may not create roles; a superuser must apply this file',
                     v_role, current_user;
             END IF;
         END IF;
@@ -79,7 +81,7 @@ BEGIN
     END IF;
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
        AND NOT pg_catalog.pg_has_role(current_user, 'queen_owner', 'MEMBER') THEN
-        RAISE NOTICE '005_roles: % is neither superuser nor a member of queen_owner; ownership left as it is',
+        RAISE NOTICE '006_roles: % is neither superuser nor a member of queen_owner; ownership left as it is',
             current_user;
         RETURN;
     END IF;
@@ -151,12 +153,12 @@ DECLARE
     v_role text;
 BEGIN
     FOR v_i IN 1 .. pg_catalog.array_length(c_grants, 1) LOOP
-        -- 004 is optional (a broker serves without it, see its header); anything else
+        -- 005 is optional (a broker serves without it, see its header); anything else
         -- missing means the list and the functions disagree: a bug here, never a silent gap.
         IF pg_catalog.to_regprocedure(c_grants[v_i][2]) IS NULL
            AND c_grants[v_i][2] NOT IN ('queen.kv_expire_step_v1(int2[], timestamptz, int)',
                                         'queen.kv_usage_step_v1(int2[], timestamptz, int)') THEN
-            RAISE EXCEPTION '005_roles: % does not exist (the grant list is out of date)', c_grants[v_i][2];
+            RAISE EXCEPTION '006_roles: % does not exist (the grant list is out of date)', c_grants[v_i][2];
         END IF;
     END LOOP;
     FOREACH v_role IN ARRAY ARRAY['queen_sweeper', 'queen_broker'] LOOP

@@ -1,11 +1,11 @@
--- 004_kv_maintenance.sql: the KV prune step and the usage rollup step, and nothing else.
+-- 005_kv_maintenance.sql: the KV prune step and the usage rollup step, and nothing else.
 --
 -- In their own file because a broker boots and answers correctly without them: reads
 -- already hide dead rows (kv_live_v1), so a missing prune costs table size only, and a
 -- missing rollup costs gauge precision only. The sweeper treats a class-42 error from
 -- either (function absent) as "this phase is off" and keeps serving.
 --
--- Idempotent and lock-free on re-apply, like 001 (see its header). Needs 002 and 003.
+-- Idempotent and lock-free on re-apply, like 001 (see its header). Needs 002 and 004.
 
 CREATE SCHEMA IF NOT EXISTS queen;
 

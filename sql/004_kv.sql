@@ -1,8 +1,8 @@
--- 003_kv.sql: queen.kv, the one definition of existence (kv_live_v1), quotas, usage, and
+-- 004_kv.sql: queen.kv, the one definition of existence (kv_live_v1), quotas, usage, and
 -- the put / get / delete helpers.
 --
 -- Idempotent and lock-free on re-apply, like 001 (see its header). The prune and the
--- usage rollup live in 004, which a broker can run without: an unpruned row is already
+-- usage rollup live in 005, which a broker can run without: an unpruned row is already
 -- invisible to every read here, so nothing served changes, only the table's size.
 --
 -- Broker-wide lock order: kv, then log_timers, then advisory locks, then queues, then
@@ -101,7 +101,7 @@ CREATE TABLE IF NOT EXISTS queen.kv_quota (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- Written by kv_usage_step_v1 (004); computed_at never moves backwards.
+-- Written by kv_usage_step_v1 (005); computed_at never moves backwards.
 CREATE TABLE IF NOT EXISTS queen.kv_usage (
     tenant_id    uuid PRIMARY KEY,
     kv_rows      bigint NOT NULL DEFAULT 0,

@@ -1,0 +1,451 @@
+-- 003_fire.sql: the fire (queen.log_timers_fire_v1): claimed timers appended to the log as
+-- segments, with the per-queue dedup window applied, and their rows deleted or released.
+--
+-- Idempotent and lock-free on re-apply, like 001 (see its header). Needs 001 (the log
+-- tables, provisioning and the append) and 002 (queen.log_timers). Takes the caller's
+-- `now` and never reads the clock.
+
+CREATE SCHEMA IF NOT EXISTS queen;
+
+-- The apply mutex (see 001); repeated so this file also stands alone under `psql -f`.
+CREATE TABLE IF NOT EXISTS queen.schema_apply (
+    id          int PRIMARY KEY CHECK (id = 1),
+    applied_at  timestamptz NOT NULL,
+    apply_count bigint NOT NULL DEFAULT 1
+);
+INSERT INTO queen.schema_apply AS s (id, applied_at)
+VALUES (1, clock_timestamp())
+ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
+
+-- The ten-argument form of earlier builds is dropped once (a call with ten arguments
+-- would otherwise be ambiguous between it and this one).
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
+                       'text[], integer[], uuid[], timestamp with time zone)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
+                                               text[], integer[], uuid[], timestamptz);
+    END IF;
+END
+$drop$;
+
+-- ---------------------------------------------------------------------------------------
+-- Internal helpers of the fire (SECURITY INVOKER, granted to nobody: called only from
+-- queen.log_timers_fire_v1, whose owner they run as)
+-- ---------------------------------------------------------------------------------------
+
+-- queen.log_timers_fire_check_v1(<the fire's first ten arguments>) -> void
+-- Raises 22023 (message naming the array and the element) for every argument the fire
+-- refuses, as listed in its header, in this order: null now; segment arrays, then timer
+-- arrays, of different lengths; timers without segments; per segment in array order: a
+-- null element, an empty queue or partition, seg_counts[i] < 1, seg_hashes[i] not
+-- 16 * seg_counts[i] bytes, a hash repeated in the segment (its first two frames named);
+-- then the first timer with timer_seg outside 1..n or a null key or token; the first
+-- segment whose timer count differs from seg_counts[i]; the first timer named twice (same
+-- tenant, queue and key). Returns when everything is well formed. Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_check_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
+    p_timer_tokens uuid[], p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_nseg      int := coalesce(cardinality(p_seg_tenants), 0);
+    v_nt        int := coalesce(cardinality(p_timer_keys), 0);
+    v_i         int;
+    v_bad       record;
+    v_badseg    int;            -- first segment failing a per-segment check
+    v_badtimer  int[];          -- first invalid timer: (j, timer_seg[j])
+    v_badcount  int[];          -- first segment whose timer count is wrong: (i, count)
+    v_twice     int[];          -- first timer named twice: (j, its first mention)
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: now must not be null' USING ERRCODE = '22023';
+    END IF;
+
+    -- The arrays must line up.
+    IF coalesce(cardinality(p_seg_queues), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_partitions), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_counts), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_hashes), 0) <> v_nseg
+       OR coalesce(cardinality(p_seg_blobs), 0) <> v_nseg THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: segment arrays must line up: seg_tenants %, seg_queues %, seg_partitions %, seg_counts %, seg_hashes %, seg_blobs % elements',
+            v_nseg, coalesce(cardinality(p_seg_queues), 0), coalesce(cardinality(p_seg_partitions), 0),
+            coalesce(cardinality(p_seg_counts), 0), coalesce(cardinality(p_seg_hashes), 0),
+            coalesce(cardinality(p_seg_blobs), 0) USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_timer_seg), 0) <> v_nt
+       OR coalesce(cardinality(p_timer_tokens), 0) <> v_nt THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer arrays must line up: timer_keys %, timer_seg %, timer_tokens % elements',
+            v_nt, coalesce(cardinality(p_timer_seg), 0), coalesce(cardinality(p_timer_tokens), 0)
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_nseg = 0 THEN
+        IF v_nt > 0 THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: timer_seg names segments but seg_counts is empty'
+                USING ERRCODE = '22023';
+        END IF;
+        RETURN;
+    END IF;
+
+    -- Every finding at once, in one statement that cannot raise; reported below in their
+    -- turn. The first segment failing any per-segment check: one with a null element, an
+    -- empty name, a count below 1 or hashes of the wrong length, or (among well-formed
+    -- ones) repeating a hash.
+    SELECT (SELECT min(r.i)
+              FROM (SELECT s.i
+                      FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts,
+                                  p_seg_hashes, p_seg_blobs) WITH ORDINALITY AS s(t, q, p, n, h, b, i)
+                     WHERE s.t IS NULL OR s.q IS NULL OR s.p IS NULL OR s.n IS NULL OR s.h IS NULL
+                        OR s.b IS NULL OR s.q = '' OR s.p = '' OR s.n < 1
+                        OR octet_length(s.h) <> 16::bigint * s.n
+                    UNION ALL
+                    SELECT g.i
+                      FROM generate_series(1, v_nseg) AS g(i)
+                     CROSS JOIN LATERAL generate_series(0,
+                            CASE WHEN p_seg_counts[g.i] >= 1 AND p_seg_hashes[g.i] IS NOT NULL
+                                      AND octet_length(p_seg_hashes[g.i]) = 16::bigint * p_seg_counts[g.i]
+                                 THEN p_seg_counts[g.i] - 1 ELSE -1 END) AS k
+                     GROUP BY g.i, substring(p_seg_hashes[g.i] FROM 16 * k + 1 FOR 16)
+                    HAVING count(*) > 1) r),
+           (SELECT ARRAY[u.j::int, u.s]
+              FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
+             WHERE u.s IS NULL OR u.s < 1 OR u.s > v_nseg OR u.k IS NULL OR u.tok IS NULL
+             ORDER BY u.j
+             LIMIT 1),
+           (SELECT ARRAY[c.i, c.n::int]
+              FROM (SELECT g.i, coalesce(t.n, 0) AS n
+                      FROM generate_series(1, v_nseg) AS g(i)
+                      LEFT JOIN (SELECT s, count(*) AS n FROM unnest(p_timer_seg) AS s GROUP BY s) t
+                        ON t.s = g.i) c
+             WHERE c.n <> p_seg_counts[c.i]
+             ORDER BY c.i
+             LIMIT 1),
+           (SELECT ARRAY[d.j::int, d.first_j::int]
+              FROM (SELECT u.j,
+                           first_value(u.j) OVER (PARTITION BY p_seg_tenants[u.s], p_seg_queues[u.s], u.k ORDER BY u.j) AS first_j
+                      FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) d
+             WHERE d.j <> d.first_j
+             ORDER BY d.j
+             LIMIT 1)
+      INTO v_badseg, v_badtimer, v_badcount, v_twice;
+
+    -- That segment's checks, in order (the segments before it passed them all).
+    IF v_badseg IS NOT NULL THEN
+        v_i := v_badseg;
+        IF p_seg_tenants[v_i] IS NULL OR p_seg_queues[v_i] IS NULL OR p_seg_partitions[v_i] IS NULL
+           OR p_seg_counts[v_i] IS NULL OR p_seg_hashes[v_i] IS NULL OR p_seg_blobs[v_i] IS NULL THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: segment % has a null element in seg_tenants, seg_queues, seg_partitions, seg_counts, seg_hashes or seg_blobs',
+                v_i USING ERRCODE = '22023';
+        END IF;
+        IF p_seg_queues[v_i] = '' OR p_seg_partitions[v_i] = '' THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_queues[%] and seg_partitions[%] must not be empty',
+                v_i, v_i USING ERRCODE = '22023';
+        END IF;
+        IF p_seg_counts[v_i] < 1 THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_counts[%] = % (must be at least 1)',
+                v_i, p_seg_counts[v_i] USING ERRCODE = '22023';
+        END IF;
+        IF octet_length(p_seg_hashes[v_i]) <> 16 * p_seg_counts[v_i] THEN
+            RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] is % bytes, expected 16 * seg_counts[%] = %',
+                v_i, octet_length(p_seg_hashes[v_i]), v_i, 16 * p_seg_counts[v_i]
+                USING ERRCODE = '22023';
+        END IF;
+        SELECT min(h.k) AS a, max(h.k) AS b INTO v_bad
+          FROM (SELECT k, substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16) AS hash,
+                       count(*) OVER (PARTITION BY substring(p_seg_hashes[v_i] FROM 16 * k + 1 FOR 16)) AS n
+                  FROM generate_series(0, p_seg_counts[v_i] - 1) AS k) h
+         WHERE h.n > 1
+         GROUP BY h.hash
+         LIMIT 1;
+        RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] repeats one transaction hash at frames % and %; timers sharing a txn go in different segments',
+            v_i, v_bad.a, v_bad.b USING ERRCODE = '22023';
+    END IF;
+
+    IF v_badtimer IS NOT NULL THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer % is invalid: timer_seg[%] = % (must be 1..%), and timer_keys/timer_tokens must not be null',
+            v_badtimer[1], v_badtimer[1], v_badtimer[2], v_nseg USING ERRCODE = '22023';
+    END IF;
+    IF v_badcount IS NOT NULL THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer_seg gives segment % % timers but seg_counts[%] = %',
+            v_badcount[1], v_badcount[2], v_badcount[1], p_seg_counts[v_badcount[1]] USING ERRCODE = '22023';
+    END IF;
+    IF v_twice IS NOT NULL THEN
+        RAISE EXCEPTION 'log_timers_fire_v1: timer_keys[%] names the same timer as timer_keys[%]',
+            v_twice[1], v_twice[2] USING ERRCODE = '22023';
+    END IF;
+END
+$fn$;
+
+-- queen.log_timers_fire_hold_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     seg_counts int[], timer_keys text[], timer_seg int[], timer_tokens uuid[],
+--     now timestamptz) -> (held boolean[], held_n int[], live boolean[])
+-- Holds what is the caller's, all segments in one statement: locks each named row (tenant
+-- and queue of its segment) FOR UPDATE SKIP LOCKED if its claim_token is the given one,
+-- its claim is live (claimed_until > now) and its partition is the segment's. held[j]:
+-- timer j is locked and verified; held_n[i]: how many of segment i's timers are; live[i]:
+-- all of them are (held_n[i] = seg_counts[i]). Arguments as checked by
+-- log_timers_fire_check_v1.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_hold_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_timer_keys text[], p_timer_seg int[], p_timer_tokens uuid[], p_now timestamptz,
+    OUT held boolean[], OUT held_n int[], OUT live boolean[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+BEGIN
+    WITH h AS MATERIALIZED (
+        SELECT u.j, u.s, (x.ok IS NOT NULL) AS held
+          FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) WITH ORDINALITY AS u(k, s, tok, j)
+          LEFT JOIN LATERAL (
+                SELECT true AS ok
+                  FROM queen.log_timers t
+                 WHERE t.tenant_id = p_seg_tenants[u.s]
+                   AND t.queue = p_seg_queues[u.s]
+                   AND t.timer_key = u.k
+                   AND t.claim_token = u.tok
+                   AND t.claimed_until > p_now
+                   AND t.partition = p_seg_partitions[u.s]
+                   FOR UPDATE SKIP LOCKED) x ON true)
+    SELECT (SELECT array_agg(h.held ORDER BY h.j) FROM h),
+           (SELECT array_agg(coalesce(c.n, 0) ORDER BY g.i)
+              FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i)
+              LEFT JOIN (SELECT h.s, count(*)::int AS n FROM h WHERE h.held GROUP BY h.s) c
+                ON c.s = g.i),
+           (SELECT array_agg(coalesce(c.n, 0) = p_seg_counts[g.i] ORDER BY g.i)
+              FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i)
+              LEFT JOIN (SELECT h.s, count(*)::int AS n FROM h WHERE h.held GROUP BY h.s) c
+                ON c.s = g.i)
+      INTO held, held_n, live;
+END
+$fn$;
+
+-- queen.log_timers_fire_ids_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     live boolean[]) -> (queue_ids bigint[], partition_ids bigint[], windows bigint[])
+-- Queue id, partition id and the queue's dedup_window_ms of every live segment (null for
+-- the others), looked up in one statement; only the missing queues and partitions are
+-- provisioned (queen.log_provision_v1), in (tenant, queue, partition) order so that two
+-- concurrent provisioners take the new rows in the same order.
+-- Locks: queues and log_partitions, only the inserted rows (or a wait on a concurrent
+-- inserter of the same name), in (tenant, queue, partition) order; never an existing
+-- partition row.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_ids_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_live boolean[],
+    OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[])
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_nseg int := coalesce(cardinality(p_seg_tenants), 0);
+    v_i    int;
+    v_prov record;
+BEGIN
+    SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i)
+      INTO queue_ids, partition_ids, windows
+      FROM generate_series(1, v_nseg) AS g(i)
+      LEFT JOIN LATERAL (
+            SELECT q.id AS qid, p.id AS pid, q.dedup_window_ms AS win
+              FROM queen.queues q
+              LEFT JOIN queen.log_partitions p
+                ON p.queue_id = q.id AND p.name = p_seg_partitions[g.i]
+             WHERE p_live[g.i]
+               AND q.tenant_id = p_seg_tenants[g.i] AND q.name = p_seg_queues[g.i]) x ON true;
+
+    FOR v_i IN
+        SELECT g.i FROM generate_series(1, v_nseg) AS g(i)
+         WHERE p_live[g.i] AND partition_ids[g.i] IS NULL
+         ORDER BY p_seg_tenants[g.i], p_seg_queues[g.i] COLLATE "C", p_seg_partitions[g.i] COLLATE "C", g.i
+    LOOP
+        v_prov := queen.log_provision_v1(p_seg_tenants[v_i], p_seg_queues[v_i], p_seg_partitions[v_i]);
+        queue_ids[v_i] := v_prov.queue_id;
+        partition_ids[v_i] := v_prov.partition_id;
+        windows[v_i] := v_prov.dedup_window_ms;
+    END LOOP;
+END
+$fn$;
+
+-- queen.log_timers_fire_settle_v1(seg_tenants uuid[], seg_queues text[], seg_counts int[],
+--     timer_keys text[], timer_seg int[], now timestamptz, held boolean[], held_n int[],
+--     partition_ids bigint[], last_offsets bigint[], base_offsets bigint[], dup_seg int[],
+--     dup_frame int[]) -> jsonb
+-- The end of a fire: the timer rows it holds are settled and its answer (the fire's header)
+-- built. Per segment i: stale when held_n[i] < seg_counts[i] (its held rows released:
+-- claim_token and claimed_until nulled); else busy when last_offsets[i] is null (its
+-- partition was not locked: rows untouched, still claimed); else fired when base_offsets[i]
+-- is set (rows deleted); else duplicate: the rows of its frames in (dup_seg, dup_frame)
+-- deleted (delivered), the others released. One DELETE and one UPDATE per (tenant, queue).
+-- Locks: none new (every row it writes is held by log_timers_fire_hold_v1).
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_settle_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_counts int[], p_timer_keys text[],
+    p_timer_seg int[], p_now timestamptz, p_held boolean[], p_held_n int[],
+    p_partition_ids bigint[], p_last_offsets bigint[], p_base_offsets bigint[],
+    p_dup_seg int[], p_dup_frame int[])
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_tq     record;
+    v_answer jsonb;
+BEGIN
+    -- Per segment: its state (stale, busy, fired, dup) and its frames already in the log.
+    WITH s AS MATERIALIZED (
+        SELECT g.i, CASE WHEN p_held_n[g.i] <> p_seg_counts[g.i] THEN 'stale'
+                         WHEN p_last_offsets[g.i] IS NULL THEN 'busy'
+                         WHEN p_base_offsets[g.i] IS NOT NULL THEN 'fired'
+                         ELSE 'dup' END AS st,
+               (SELECT count(*)::int FROM unnest(p_dup_seg) AS d(s) WHERE d.s = g.i) AS dn
+          FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i))
+    SELECT jsonb_build_object(
+               'segments', jsonb_agg(CASE s.st
+                   WHEN 'stale' THEN jsonb_build_object('status', 'stale', 'held', p_held_n[s.i])
+                   WHEN 'busy' THEN jsonb_build_object('status', 'busy', 'count', p_seg_counts[s.i])
+                   WHEN 'fired' THEN jsonb_build_object('status', 'fired', 'partitionId', p_partition_ids[s.i],
+                        'baseOffset', p_base_offsets[s.i],
+                        'endOffset', p_base_offsets[s.i] + p_seg_counts[s.i] - 1, 'count', p_seg_counts[s.i])
+                   ELSE jsonb_build_object('status', 'duplicate', 'duplicates', s.dn,
+                        'released', p_seg_counts[s.i] - s.dn) END ORDER BY s.i),
+               'fired', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'fired'), 0),
+               'stale', count(*) FILTER (WHERE s.st = 'stale'),
+               'duplicate', coalesce(sum(s.dn) FILTER (WHERE s.st = 'dup'), 0),
+               'released', coalesce(sum(CASE s.st WHEN 'stale' THEN p_held_n[s.i]
+                                                  WHEN 'dup' THEN p_seg_counts[s.i] - s.dn END), 0),
+               'busy', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'busy'), 0))
+      INTO v_answer
+      FROM s;
+
+    -- The timer rows, per (tenant, queue): delivered ones deleted (appended segments,
+    -- frames of duplicate segments already in the log), the rest of duplicate segments
+    -- and the held rows of stale segments released (token and claimed_until nulled).
+    FOR v_tq IN
+        SELECT p_seg_tenants[a.s] AS tn, p_seg_queues[a.s] AS q,
+               array_agg(a.k) FILTER (WHERE a.act = 'd') AS dk,
+               array_agg(a.k) FILTER (WHERE a.act = 'r') AS rk
+          FROM (SELECT t.s, t.k,
+                       CASE WHEN p_held_n[t.s] <> p_seg_counts[t.s] THEN CASE WHEN p_held[t.j] THEN 'r' END
+                            WHEN p_last_offsets[t.s] IS NULL THEN NULL
+                            WHEN p_base_offsets[t.s] IS NOT NULL THEN 'd'
+                            WHEN EXISTS (SELECT 1 FROM unnest(p_dup_seg, p_dup_frame) AS d(s, f)
+                                          WHERE d.s = t.s AND d.f = t.f) THEN 'd'
+                            ELSE 'r' END AS act
+                  FROM (SELECT u.k, u.s, u.j, row_number() OVER (PARTITION BY u.s ORDER BY u.j) - 1 AS f
+                          FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) t) a
+         WHERE a.act IS NOT NULL
+         GROUP BY p_seg_tenants[a.s], p_seg_queues[a.s]
+    LOOP
+        IF v_tq.dk IS NOT NULL THEN
+            DELETE FROM queen.log_timers AS t
+             WHERE t.tenant_id = v_tq.tn AND t.queue = v_tq.q AND t.timer_key = ANY (v_tq.dk);
+        END IF;
+        IF v_tq.rk IS NOT NULL THEN
+            UPDATE queen.log_timers AS t
+               SET claim_token = NULL, claimed_until = NULL, updated_at = p_now
+             WHERE t.tenant_id = v_tq.tn AND t.queue = v_tq.q AND t.timer_key = ANY (v_tq.rk);
+        END IF;
+    END LOOP;
+    RETURN v_answer;
+END
+$fn$;
+
+-- queen.log_timers_fire_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
+--     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true) -> jsonb
+--   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
+--                | {"status": "stale", "held": n}
+--                | {"status": "duplicate", "duplicates": n, "released": n}
+--                | {"status": "busy", "count": n} (only with p_wait false) ],   (array order)
+--    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows}
+-- One transaction (the caller's statement). The timers of segment i are the entries with
+-- timer_seg = i, IN FRAME ORDER (the k-th of them is frame k, hashed at bytes 16k..16k+15
+-- of seg_hashes[i]); tenant and queue of a timer are its segment's.
+-- Refused with 22023 naming the array: segment arrays of different lengths, timer arrays
+-- of different lengths, a null element, seg_counts[i] < 1, seg_hashes[i] not
+-- 16 * seg_counts[i] bytes, timer_seg[j] outside 1..n, a segment whose timer count differs
+-- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
+-- segment (timers sharing a txn go in different segments).
+-- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
+-- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
+-- a segment is live only if it holds ALL its rows, else it is "stale" and its held rows
+-- are released in this call (token and claimed_until nulled: due again, no attempt spent).
+-- Live segments are processed as if one by one in array order; the work is done by
+-- statements over all segments at once (the append shared with log_push_v1,
+-- log_append_dedup_v1 in 001), and a call whose append loses a dedup index row to a
+-- concurrent writer undoes that append and does its live segments one by one. Dedup: a
+-- segment with any hash already in its queue's dedup index within dedup_window_ms
+-- (including index rows written earlier in this same call) is "duplicate": its timers
+-- whose txn is already in the log are deleted (they were delivered), the others released
+-- so the next cycle re-packs them. Otherwise the segment is appended (offsets from
+-- last_offset + 1, log_segments, log_txns, dedup index rows) and its timers deleted. A
+-- concurrent writer of the same transaction id into the same queue is caught by the dedup
+-- index upsert itself (it waits for that writer's outcome), and the segment is then
+-- answered "duplicate", nothing allocated for it.
+-- The steps are internal helpers, in this order: log_timers_fire_check_v1 (the refusals),
+-- log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids, provisioning),
+-- log_partitions_lock_v1 and log_append_dedup_v1 (001), log_timers_fire_settle_v1 (the
+-- rows deleted or released, the answer).
+-- Locks, in order: rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
+-- queues and log_partitions only to provision missing ones (inserts, in (tenant, queue,
+-- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
+-- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
+-- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
+-- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
+-- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
+-- held by someone else (another broker's fire, a push) answers {"status": "busy"}: its
+-- rows stay claimed and held by the caller, who fires them in a later call. Two brokers
+-- firing batches that span the same partitions then each deliver the partitions nobody
+-- holds instead of queueing behind each other; the caller's second call waits, so a
+-- partition that is never free still gets its timers.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+-- Its set-based statements run over array parameters whose sizes the planner cannot see
+-- (generate_series counts as 1,000 rows per segment): estimates that cross jit_above_cost
+-- and a JIT compile of ~350 ms for statements that run in under a millisecond.
+SET jit = off
+-- The same estimates make every generic plan look dearer than a custom one, so plpgsql
+-- planned most statements of a fire afresh on every call (0.2-0.5 ms each, about 1.5 ms a
+-- call, measured 2026-11-30): generic plans, made once per session, for the fire and the
+-- helpers it calls. Every statement that reads a table does so through its primary key
+-- (= ANY, or LATERAL ... LIMIT 1 per element), which a generic plan keeps.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_nseg   int := coalesce(cardinality(p_seg_tenants), 0);
+    v_hold   record;        -- held (per timer), held_n and live (per segment)
+    v_ids    record;        -- queue_ids, partition_ids, windows (live segments)
+    v_last   bigint[];      -- per segment: its partition's last_offset, null unless locked
+    v_app    record;        -- base_offsets, dup_seg, dup_frame
+BEGIN
+    PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
+    IF v_nseg = 0 THEN
+        RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
+                                  'duplicate', 0, 'released', 0);
+    END IF;
+
+    -- Hold what is ours; a segment missing any row is stale.
+    v_hold := queen.log_timers_fire_hold_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+        p_seg_counts, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
+
+    -- The live segments' queues and partitions (provisioned when missing), then their
+    -- partition rows FOR UPDATE in ascending id order: the fire's only waits (none with
+    -- p_wait false, where a partition someone else holds leaves its segments busy).
+    v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live);
+    v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
+
+    -- Dedup and append, as if one by one in array order (skips segments without v_last).
+    v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
+        p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now);
+
+    RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
+        p_timer_keys, p_timer_seg, p_now, v_hold.held, v_hold.held_n, v_ids.partition_ids,
+        v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
+END
+$fn$;
