@@ -109,6 +109,7 @@ private:
     Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows);
     void adapt_claim_batch(uint64_t elapsed_ms, size_t packed_bytes);
     void set_claim_batch(int64_t rows);
+    int64_t fire_contention();
     Task<void> drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
                             uint64_t deadline_mono_ms);
     Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait);
