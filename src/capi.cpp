@@ -4,9 +4,9 @@
 #include <cstring>
 #include <new>
 
+#include "base/last_error.hpp"
+#include "base/reentry.hpp"
 #include "config.hpp"
-#include "last_error.hpp"
-#include "reentry.hpp"
 #include "queen_sweeper.h"
 #include "sweeper.hpp"
 

@@ -10,8 +10,8 @@
 
 #include "queen_sweeper.h"
 
+#include "base/last_error.hpp"
 #include "codec.hpp"
-#include "last_error.hpp"
 
 struct queen_sweeper_segment {
     qsw::DecodedSegment decoded;

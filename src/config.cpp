@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "last_error.hpp"
+#include "base/last_error.hpp"
 
 namespace qsw {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include "last_error.hpp"
+#include "base/last_error.hpp"
 
 extern char **environ;
 

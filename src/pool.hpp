@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "log.hpp"
+#include "base/log.hpp"
+#include "base/task.hpp"
 #include "pg_conn.hpp"
-#include "task.hpp"
 
 namespace qsw {
 

@@ -5,9 +5,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/last_error.hpp"
+#include "base/reentry.hpp"
 #include "classify.hpp"
-#include "last_error.hpp"
-#include "reentry.hpp"
 
 namespace qsw {
 

@@ -17,15 +17,15 @@
 #include <tuple>
 #include <vector>
 
+#include "base/log.hpp"
+#include "base/task.hpp"
 #include "config.hpp"
 #include "ladder.hpp"
-#include "log.hpp"
 #include "packer.hpp"
 #include "pool.hpp"
 #include "queen_sweeper.h"
 #include "sleep.hpp"
 #include "stats.hpp"
-#include "task.hpp"
 
 namespace qsw {
 

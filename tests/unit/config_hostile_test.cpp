@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "base/last_error.hpp"
 #include "config.hpp"
-#include "last_error.hpp"
 #include "queen_sweeper.h"
 
 using namespace qsw;

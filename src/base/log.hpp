@@ -7,8 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "base/reentry.hpp"
 #include "queen_sweeper.h"
-#include "reentry.hpp"
 
 namespace qsw {
 

@@ -1,4 +1,4 @@
-#include "last_error.hpp"
+#include "base/last_error.hpp"
 
 #include <algorithm>
 #include <cstdio>
