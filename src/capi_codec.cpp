@@ -11,7 +11,7 @@
 #include "queen_sweeper.h"
 
 #include "base/last_error.hpp"
-#include "codec.hpp"
+#include "codec/codec.hpp"
 
 struct queen_sweeper_segment {
     qsw::DecodedSegment decoded;

@@ -6,7 +6,7 @@
 // claim in flight meanwhile (drain_worker), and all of them stop claiming once the
 // pass has spent half the lease or the cycle's row budget.
 #include "classify.hpp"
-#include "codec.hpp"
+#include "codec/codec.hpp"
 #include "sql_args.hpp"
 #include "sweeper.hpp"
 

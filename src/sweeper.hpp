@@ -19,9 +19,9 @@
 
 #include "base/log.hpp"
 #include "base/task.hpp"
+#include "codec/packer.hpp"
 #include "config.hpp"
 #include "ladder.hpp"
-#include "packer.hpp"
 #include "pool.hpp"
 #include "queen_sweeper.h"
 #include "sleep.hpp"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "codec.hpp"
+#include "codec/codec.hpp"
 #include "fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "codec.hpp"
+#include "codec/codec.hpp"
 
 namespace fs = std::filesystem;
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "codec.hpp"
+#include "codec/codec.hpp"
 #include "fuzz_util.hpp"
 #include "queen_sweeper.h"
 

@@ -11,7 +11,7 @@
 
 #include "queen_sweeper.h"
 
-#include "codec.hpp"
+#include "codec/codec.hpp"
 
 namespace qs = qsw;
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "packer.hpp"
+#include "codec/packer.hpp"
 #include "pg_conn.hpp"
 #include "sql_args.hpp"
 #include "sweeper.hpp"

@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include "codec.hpp"
-#include "packer.hpp"
+#include "codec/codec.hpp"
+#include "codec/packer.hpp"
 
 namespace qs = qsw;
 

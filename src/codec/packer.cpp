@@ -1,4 +1,4 @@
-#include "packer.hpp"
+#include "codec/packer.hpp"
 
 #include <algorithm>
 #include <map>
@@ -6,7 +6,7 @@
 #include <string_view>
 #include <tuple>
 
-#include "codec.hpp"
+#include "codec/codec.hpp"
 
 namespace qsw {
 namespace {
