@@ -6,7 +6,7 @@
 
 #include "base/last_error.hpp"
 #include "base/reentry.hpp"
-#include "config.hpp"
+#include "config/config.hpp"
 #include "queen_sweeper.h"
 #include "sweeper.hpp"
 

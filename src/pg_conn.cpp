@@ -1,6 +1,6 @@
 #include "pg_conn.hpp"
 
-#include "config.hpp"
+#include "config/config.hpp"
 
 #include <cmath>
 #include <cstring>

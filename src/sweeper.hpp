@@ -20,7 +20,7 @@
 #include "base/log.hpp"
 #include "base/task.hpp"
 #include "codec/packer.hpp"
-#include "config.hpp"
+#include "config/config.hpp"
 #include "ladder.hpp"
 #include "pool.hpp"
 #include "queen_sweeper.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "config/config.hpp"
 #include "fuzz_util.hpp"
 
 extern char **environ;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "config.hpp"
+#include "config/config.hpp"
 #include "fuzz_util.hpp"
 
 namespace {

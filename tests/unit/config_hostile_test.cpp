@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/last_error.hpp"
-#include "config.hpp"
+#include "config/config.hpp"
 #include "queen_sweeper.h"
 
 using namespace qsw;

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "config.hpp"
+#include "config/config.hpp"
 
 using namespace qsw;
 

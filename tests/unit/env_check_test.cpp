@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
-#include "config.hpp"
-#include "env_check.hpp"
+#include "config/config.hpp"
+#include "config/env_check.hpp"
 
 using namespace qsw;
 

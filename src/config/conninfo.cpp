@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
+#include "config/config.hpp"
 
 namespace qsw {
 namespace {

@@ -1,4 +1,4 @@
-#include "env_check.hpp"
+#include "config/env_check.hpp"
 
 #include <algorithm>
 #include <cctype>

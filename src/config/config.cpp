@@ -1,5 +1,5 @@
-#include "config.hpp"
-#include "env_check.hpp"
+#include "config/config.hpp"
+#include "config/env_check.hpp"
 
 #include <unistd.h>
 
