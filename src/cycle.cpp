@@ -8,9 +8,9 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "classify.hpp"
 #include "ladder.hpp"
-#include "schema.hpp"
+#include "pg/classify.hpp"
+#include "pg/schema.hpp"
 #include "sweeper.hpp"
 
 namespace qsw {

@@ -5,9 +5,9 @@
 // batch, packs it outside any transaction and fires it, with at most one more
 // claim in flight meanwhile (drain_worker), and all of them stop claiming once the
 // pass has spent half the lease or the cycle's row budget.
-#include "classify.hpp"
 #include "codec/codec.hpp"
-#include "sql_args.hpp"
+#include "pg/classify.hpp"
+#include "pg/sql_args.hpp"
 #include "sweeper.hpp"
 
 namespace qsw {

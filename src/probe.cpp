@@ -1,6 +1,6 @@
 // A. PROBE: one read-only call and one server now(). The first entry of the
 // (visible_at) index gives the nearest visible_at; a capped count gives the due rows.
-#include "sql_args.hpp"
+#include "pg/sql_args.hpp"
 #include "sweeper.hpp"
 
 namespace qsw {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pool.hpp"
+#include "pg/pool.hpp"
 
 namespace qsw {
 

@@ -3,8 +3,8 @@
 // is not paced by the phase that tracks work. Shedding starts from the bottom
 // (the prune first, then the rollup); a class 42 error turns a phase off for the
 // life of the process, and neither can ever take the fire down with it.
-#include "classify.hpp"
-#include "sql_args.hpp"
+#include "pg/classify.hpp"
+#include "pg/sql_args.hpp"
 #include "sweeper.hpp"
 
 namespace qsw {

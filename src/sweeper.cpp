@@ -7,7 +7,7 @@
 
 #include "base/last_error.hpp"
 #include "base/reentry.hpp"
-#include "classify.hpp"
+#include "pg/classify.hpp"
 
 namespace qsw {
 

@@ -22,7 +22,7 @@
 #include "codec/packer.hpp"
 #include "config/config.hpp"
 #include "ladder.hpp"
-#include "pool.hpp"
+#include "pg/pool.hpp"
 #include "queen_sweeper.h"
 #include "sleep.hpp"
 #include "stats.hpp"

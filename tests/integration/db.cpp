@@ -8,7 +8,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "schema.hpp"
+#include "pg/schema.hpp"
 
 namespace testdb {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "db.hpp"
-#include "pool.hpp"
+#include "pg/pool.hpp"
 
 using namespace qsw;
 

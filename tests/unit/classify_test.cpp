@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "classify.hpp"
+#include "pg/classify.hpp"
 
 using namespace qsw;
 

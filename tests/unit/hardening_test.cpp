@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "codec/packer.hpp"
-#include "pg_conn.hpp"
-#include "sql_args.hpp"
+#include "pg/pg_conn.hpp"
+#include "pg/sql_args.hpp"
 #include "sweeper.hpp"
 
 namespace {

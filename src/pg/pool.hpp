@@ -15,7 +15,7 @@
 
 #include "base/log.hpp"
 #include "base/task.hpp"
-#include "pg_conn.hpp"
+#include "pg/pg_conn.hpp"
 
 namespace qsw {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pg_conn.hpp"
+#include "pg/pg_conn.hpp"
 
 namespace qsw {
 

@@ -1,4 +1,4 @@
-#include "cancel.hpp"
+#include "pg/cancel.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "pg_conn.hpp"
+#include "pg/pg_conn.hpp"
 
 #include "config/config.hpp"
 

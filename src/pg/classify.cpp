@@ -1,4 +1,4 @@
-#include "classify.hpp"
+#include "pg/classify.hpp"
 
 namespace qsw {
 

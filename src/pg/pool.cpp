@@ -1,4 +1,4 @@
-#include "pool.hpp"
+#include "pg/pool.hpp"
 
 #include <algorithm>
 #include <random>

@@ -1,4 +1,4 @@
-#include "sql_args.hpp"
+#include "pg/sql_args.hpp"
 
 namespace qsw {
 

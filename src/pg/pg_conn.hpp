@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cancel.hpp"
+#include "pg/cancel.hpp"
 
 namespace qsw {
 
