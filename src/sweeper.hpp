@@ -25,7 +25,7 @@
 #include "pg/pool.hpp"
 #include "queen_sweeper.h"
 #include "sleep.hpp"
-#include "stats.hpp"
+#include "stats/stats.hpp"
 
 namespace qsw {
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "queen_sweeper.h"
-#include "stats.hpp"
+#include "stats/stats.hpp"
 
 using namespace qsw;
 
