@@ -8,7 +8,7 @@
 #include "base/reentry.hpp"
 #include "config/config.hpp"
 #include "queen_sweeper.h"
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 using qsw::set_last_error;
 using qsw::Sweeper;

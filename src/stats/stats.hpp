@@ -66,7 +66,7 @@ enum class ErrorKind { transient, config, permanent, provider, count };
 const char *error_kind_name(ErrorKind k);
 ErrorPhase error_phase_of(const std::string &step);  // "claim" -> fire, "KV prune" -> prune, ...
 
-// A lost connection and what followed it (drain.cpp): when and where it was lost, the
+// A lost connection and what followed it (sweeper/drain.cpp): when and where it was lost, the
 // server found again, when firing resumed, the claims handed back, and the fires whose
 // outcome the lost connection took with it, resolved from the log after reconnecting.
 struct FailoverFigures {

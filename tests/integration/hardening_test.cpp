@@ -15,7 +15,7 @@
 
 #include "db.hpp"
 #include "queen_sweeper.h"
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 using namespace std::chrono;
 

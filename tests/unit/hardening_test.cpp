@@ -12,7 +12,7 @@
 #include "codec/packer.hpp"
 #include "pg/pg_conn.hpp"
 #include "pg/sql_args.hpp"
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 namespace {
 

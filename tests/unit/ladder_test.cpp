@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "ladder.hpp"
+#include "sweeper/ladder.hpp"
 
 using namespace qsw;
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "sleep.hpp"
+#include "sweeper/sleep.hpp"
 
 using namespace qsw;
 

@@ -8,7 +8,7 @@
 #include "codec/codec.hpp"
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 namespace qsw {
 

@@ -21,11 +21,11 @@
 #include "base/task.hpp"
 #include "codec/packer.hpp"
 #include "config/config.hpp"
-#include "ladder.hpp"
 #include "pg/pool.hpp"
 #include "queen_sweeper.h"
-#include "sleep.hpp"
 #include "stats/stats.hpp"
+#include "sweeper/ladder.hpp"
+#include "sweeper/sleep.hpp"
 
 namespace qsw {
 

@@ -5,7 +5,7 @@
 // life of the process, and neither can ever take the fire down with it.
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 namespace qsw {
 

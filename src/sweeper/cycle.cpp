@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "ladder.hpp"
 #include "pg/classify.hpp"
 #include "pg/schema.hpp"
-#include "sweeper.hpp"
+#include "sweeper/ladder.hpp"
+#include "sweeper/sweeper.hpp"
 
 namespace qsw {
 

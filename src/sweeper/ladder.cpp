@@ -1,4 +1,4 @@
-#include "ladder.hpp"
+#include "sweeper/ladder.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "sleep.hpp"
+#include "sweeper/sleep.hpp"
 
 #include <algorithm>
 #include <cmath>

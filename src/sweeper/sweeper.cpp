@@ -1,6 +1,6 @@
 // Lifecycle, the wake, the sleep and the ephemeral backstop. The cycle itself
 // lives in cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp.
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 #include <chrono>
 #include <cstring>

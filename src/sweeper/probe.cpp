@@ -1,7 +1,7 @@
 // A. PROBE: one read-only call and one server now(). The first entry of the
 // (visible_at) index gives the nearest visible_at; a capped count gives the due rows.
 #include "pg/sql_args.hpp"
-#include "sweeper.hpp"
+#include "sweeper/sweeper.hpp"
 
 namespace qsw {
 
