@@ -571,12 +571,18 @@ $fn$;
 -- then the partition row FOR UPDATE, log_partitions_lock_v1), then log_txn_index rows of
 -- the segment's hashes (a wait only on a concurrent writer of the same transaction id),
 -- then new rows of log_segments and log_txns.
+-- SET enable_seqscan = off: every table this call touches is reached through an index, and
+-- must stay so whatever the statistics say. A plan made while a table looked empty (a
+-- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
+-- sequential scan in it, each call scans everything fired since (measured in
+-- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
     p_tenant uuid, p_queue text, p_partition text, p_count int, p_hashes bytea,
     p_blob bytea, p_now timestamptz)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_prov   record;

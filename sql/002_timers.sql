@@ -753,10 +753,16 @@ $fn$;
 -- entry of those shards), never a scan; the count is a walk from the index's start that
 -- stops at cap + 1 rows.
 -- Locks: none (no row locks; ACCESS SHARE on the table).
+-- SET enable_seqscan = off: every table this call touches is reached through an index, and
+-- must stay so whatever the statistics say. A plan made while a table looked empty (a
+-- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
+-- sequential scan in it, each call scans everything fired since (measured in
+-- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(p_shards int2[], p_now timestamptz, p_cap int)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_shards int2[];
@@ -842,6 +848,11 @@ $fn$;
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); pool rows that
 -- are not chosen stay locked until the caller's transaction ends (one statement in the
 -- sweeper's call).
+-- SET enable_seqscan = off: every table this call touches is reached through an index, and
+-- must stay so whatever the statistics say. A plan made while a table looked empty (a
+-- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
+-- sequential scan in it, each call scans everything fired since (measured in
+-- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
     p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int)
 RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
@@ -850,6 +861,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
                attempts int)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
 AS $fn$
 #variable_conflict use_column
 DECLARE
