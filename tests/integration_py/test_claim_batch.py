@@ -1,0 +1,30 @@
+"""The claim batch grows while a backlog lasts and returns to its base when it is over.
+
+2,000 due timers, sweeper_claim_batch 50, sweeper_claim_batch_max 400: the claims double
+(50, 100, 200, 400, 400, ...) while each is fired well inside the lease and the byte cap, so
+the backlog goes in about 8 claims instead of 40; every timer fires once; and the claim that
+finds the table short puts the batch back to 50 (stats claim_batch)."""
+
+from firekit import TENANT_A, assert_clean_stop, op_schedule, wait_for
+
+
+def test_the_claim_grows_through_a_backlog_and_shrinks_after_it(q, sweepers):
+    queue = "batch-growth"
+    n = 2000
+    for start in range(0, n, 250):
+        q.schedule([op_schedule(queue, f"k{i:05d}", b"g", partition=f"p{i % 8}")
+                    for i in range(start, start + 250)])
+    h = sweepers("batch-growth", sweeper_claim_batch=50, sweeper_claim_batch_max=400)
+    h.start()
+    wait_for(lambda: q.timers_left() == 0, 30, 0.05, "the backlog to drain")
+    wait_for(lambda: h.stats()["fired_total"] == n, 5, 0.02, "the last fire's answer")
+    st = h.stats()
+    assert_clean_stop(h)
+    print(f"\n[batch growth] claims {st['claims_total']}, claimed {st['claimed_total']}, "
+          f"claim_batch at the end {st['claim_batch']}")
+    assert st["claimed_total"] == n and st["stale_total"] == 0
+    # 40 claims at a fixed 50; growth to 400 needs about 8 (+1 short one at the end).
+    assert st["claims_total"] <= 16, st["claims_total"]
+    assert st["claim_batch"] == 50
+    delivered = [f.txn for *_x, f in q.delivered(TENANT_A, queue)]
+    assert len(delivered) == len(set(delivered)) == n
