@@ -267,6 +267,47 @@ BEGIN
 END
 $fn$;
 
+-- queen.log_timers_fire_answer_v1(seg_counts int[], held_n int[], partition_ids bigint[],
+--     last_offsets bigint[], base_offsets bigint[], dup_seg int[]) -> jsonb
+-- The fire's answer (its header, below) from what the fire found, per segment i: stale when
+-- held_n[i] < seg_counts[i]; else busy when last_offsets[i] is null; else fired when
+-- base_offsets[i] is set; else duplicate, with dup_seg naming its frames already in the log.
+-- Writes nothing. Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_answer_v1(
+    p_seg_counts int[], p_held_n int[], p_partition_ids bigint[], p_last_offsets bigint[],
+    p_base_offsets bigint[], p_dup_seg int[], OUT answer jsonb)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+BEGIN
+    -- Per segment: its state (stale, busy, fired, dup) and its frames already in the log.
+    WITH s AS MATERIALIZED (
+        SELECT g.i, CASE WHEN p_held_n[g.i] <> p_seg_counts[g.i] THEN 'stale'
+                         WHEN p_last_offsets[g.i] IS NULL THEN 'busy'
+                         WHEN p_base_offsets[g.i] IS NOT NULL THEN 'fired'
+                         ELSE 'dup' END AS st,
+               (SELECT count(*)::int FROM unnest(p_dup_seg) AS d(s) WHERE d.s = g.i) AS dn
+          FROM generate_series(1, coalesce(cardinality(p_seg_counts), 0)) AS g(i))
+    SELECT jsonb_build_object(
+               'segments', jsonb_agg(CASE s.st
+                   WHEN 'stale' THEN jsonb_build_object('status', 'stale', 'held', p_held_n[s.i])
+                   WHEN 'busy' THEN jsonb_build_object('status', 'busy', 'count', p_seg_counts[s.i])
+                   WHEN 'fired' THEN jsonb_build_object('status', 'fired', 'partitionId', p_partition_ids[s.i],
+                        'baseOffset', p_base_offsets[s.i],
+                        'endOffset', p_base_offsets[s.i] + p_seg_counts[s.i] - 1, 'count', p_seg_counts[s.i])
+                   ELSE jsonb_build_object('status', 'duplicate', 'duplicates', s.dn,
+                        'released', p_seg_counts[s.i] - s.dn) END ORDER BY s.i),
+               'fired', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'fired'), 0),
+               'stale', count(*) FILTER (WHERE s.st = 'stale'),
+               'duplicate', coalesce(sum(s.dn) FILTER (WHERE s.st = 'dup'), 0),
+               'released', coalesce(sum(CASE s.st WHEN 'stale' THEN p_held_n[s.i]
+                                                  WHEN 'dup' THEN p_seg_counts[s.i] - s.dn END), 0),
+               'busy', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'busy'), 0))
+      INTO answer
+      FROM s;
+END
+$fn$;
+
 -- queen.log_timers_fire_settle_v1(seg_tenants uuid[], seg_queues text[], seg_counts int[],
 --     timer_keys text[], timer_seg int[], now timestamptz, held boolean[], held_n int[],
 --     partition_ids bigint[], last_offsets bigint[], base_offsets bigint[], dup_seg int[],
@@ -291,31 +332,8 @@ DECLARE
     v_tq     record;
     v_answer jsonb;
 BEGIN
-    -- Per segment: its state (stale, busy, fired, dup) and its frames already in the log.
-    WITH s AS MATERIALIZED (
-        SELECT g.i, CASE WHEN p_held_n[g.i] <> p_seg_counts[g.i] THEN 'stale'
-                         WHEN p_last_offsets[g.i] IS NULL THEN 'busy'
-                         WHEN p_base_offsets[g.i] IS NOT NULL THEN 'fired'
-                         ELSE 'dup' END AS st,
-               (SELECT count(*)::int FROM unnest(p_dup_seg) AS d(s) WHERE d.s = g.i) AS dn
-          FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i))
-    SELECT jsonb_build_object(
-               'segments', jsonb_agg(CASE s.st
-                   WHEN 'stale' THEN jsonb_build_object('status', 'stale', 'held', p_held_n[s.i])
-                   WHEN 'busy' THEN jsonb_build_object('status', 'busy', 'count', p_seg_counts[s.i])
-                   WHEN 'fired' THEN jsonb_build_object('status', 'fired', 'partitionId', p_partition_ids[s.i],
-                        'baseOffset', p_base_offsets[s.i],
-                        'endOffset', p_base_offsets[s.i] + p_seg_counts[s.i] - 1, 'count', p_seg_counts[s.i])
-                   ELSE jsonb_build_object('status', 'duplicate', 'duplicates', s.dn,
-                        'released', p_seg_counts[s.i] - s.dn) END ORDER BY s.i),
-               'fired', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'fired'), 0),
-               'stale', count(*) FILTER (WHERE s.st = 'stale'),
-               'duplicate', coalesce(sum(s.dn) FILTER (WHERE s.st = 'dup'), 0),
-               'released', coalesce(sum(CASE s.st WHEN 'stale' THEN p_held_n[s.i]
-                                                  WHEN 'dup' THEN p_seg_counts[s.i] - s.dn END), 0),
-               'busy', coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'busy'), 0))
-      INTO v_answer
-      FROM s;
+    v_answer := queen.log_timers_fire_answer_v1(p_seg_counts, p_held_n, p_partition_ids,
+        p_last_offsets, p_base_offsets, p_dup_seg);
 
     -- The timer rows, per (tenant, queue): delivered ones deleted (appended segments,
     -- frames of duplicate segments already in the log), the rest of duplicate segments
@@ -347,6 +365,90 @@ BEGIN
         END IF;
     END LOOP;
     RETURN v_answer;
+END
+$fn$;
+
+-- queen.log_timers_fire_fast_v1(<the fire's arguments>) -> jsonb, or null
+-- The fire as it goes when nothing is in the way, in one subtransaction: the segments'
+-- queues and partitions (provisioned when missing), their partition rows locked as
+-- log_timers_fire_v1 takes them (p_wait), the named rows deleted outright (claim_token,
+-- claimed_until > now and partition verified, each row found by its primary key and deleted
+-- by its address), then the append with the dedup window. It answers only when every
+-- segment was fired: every partition locked, every named row deleted, no segment a
+-- duplicate. Anything else (a partition someone holds with p_wait false, a row missing or
+-- not ours, a duplicate, a row someone else holds) undoes the subtransaction,
+-- locks and all, and answers null: the caller then takes the general way (hold, append,
+-- settle), which sorts out busy, stale and duplicate segments. The general way locks every
+-- row (one WAL record each) before deleting it (another); this way writes one per row.
+-- Arguments as checked by log_timers_fire_check_v1.
+-- Locks, in order: queues and log_partitions only to provision (as log_timers_fire_ids_v1);
+-- the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait false) in
+-- ascending id order; the named rows of queen.log_timers, by DELETE under a lock_timeout of
+-- 1 ms (a DELETE cannot skip a locked row: a row someone else holds, a cancel or another
+-- broker's claim passing over it, ends the fast way within a millisecond, and the general
+-- way skips that row as it always has); then log_txn_index, log_segments and log_txns as
+-- the append takes them.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_fast_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_nseg    int := coalesce(cardinality(p_seg_tenants), 0);
+    v_all     boolean[] := array_fill(true, ARRAY[coalesce(cardinality(p_seg_tenants), 0)]);
+    v_ids     record;
+    v_last    bigint[];
+    v_app     record;
+    v_deleted bigint;
+    v_lt      text := current_setting('lock_timeout');
+BEGIN
+    BEGIN
+        v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all);
+        v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
+        IF array_position(v_last, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'busy' USING ERRCODE = 'QSF01';
+        END IF;
+
+        -- Found by key under this statement's snapshot, deleted by address: a row changed
+        -- since (another claim, a cancel) is re-read by the DELETE and, at a new address,
+        -- not deleted, so the count below comes up short.
+        PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+        WITH d AS (
+            DELETE FROM queen.log_timers AS t
+             WHERE t.ctid = ANY (ARRAY(
+                   SELECT x.tid
+                     FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) AS u(k, s, tok)
+                    CROSS JOIN LATERAL (
+                          SELECT t2.ctid AS tid
+                            FROM queen.log_timers t2
+                           WHERE t2.tenant_id = p_seg_tenants[u.s]
+                             AND t2.queue = p_seg_queues[u.s]
+                             AND t2.timer_key = u.k
+                             AND t2.claim_token = u.tok
+                             AND t2.claimed_until > p_now
+                             AND t2.partition = p_seg_partitions[u.s]
+                           LIMIT 1) x))
+            RETURNING 1)
+        SELECT count(*) INTO v_deleted FROM d;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
+        IF v_deleted <> coalesce(cardinality(p_timer_keys), 0) THEN
+            RAISE EXCEPTION 'stale' USING ERRCODE = 'QSF01';
+        END IF;
+
+        v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
+            p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now);
+        IF array_position(v_app.base_offsets, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'duplicate' USING ERRCODE = 'QSF01';
+        END IF;
+        RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts, v_ids.partition_ids,
+            v_last, v_app.base_offsets, '{}');
+    EXCEPTION WHEN SQLSTATE 'QSF01' OR lock_not_available THEN
+        -- Undone (the lock_timeout set above with it).
+        RETURN NULL;
+    END;
 END
 $fn$;
 
@@ -382,11 +484,18 @@ $fn$;
 -- concurrent writer of the same transaction id into the same queue is caught by the dedup
 -- index upsert itself (it waits for that writer's outcome), and the segment is then
 -- answered "duplicate", nothing allocated for it.
--- The steps are internal helpers, in this order: log_timers_fire_check_v1 (the refusals),
--- log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids, provisioning),
--- log_partitions_lock_v1 and log_append_dedup_v1 (001), log_timers_fire_settle_v1 (the
--- rows deleted or released, the answer).
--- Locks, in order: rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
+-- The steps are internal helpers. First log_timers_fire_check_v1 (the refusals). Then the
+-- fast way, log_timers_fire_fast_v1: when every segment can be fired (its partition taken,
+-- every row ours, no duplicate) it is, in one subtransaction that deletes each row outright;
+-- anything else undoes it (measured in tests/bench/README.md: one write per timer row
+-- instead of two, 8-10% on one sweeper). Then, only when the fast way stood aside, the
+-- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids,
+-- provisioning), log_partitions_lock_v1 and log_append_dedup_v1 (001),
+-- log_timers_fire_settle_v1 (the rows deleted or released, the answer).
+-- Locks of the fast way: provisioning, then the partitions as below (the only waits), then
+-- the rows by DELETE with a 1 ms lock_timeout (a row someone holds ends the fast way, and
+-- the general way skips that row). Locks of the general way, in order:
+-- rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
 -- queues and log_partitions only to provision missing ones (inserts, in (tenant, queue,
 -- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
 -- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
@@ -428,6 +537,7 @@ DECLARE
     v_ids    record;        -- queue_ids, partition_ids, windows (live segments)
     v_last   bigint[];      -- per segment: its partition's last_offset, null unless locked
     v_app    record;        -- base_offsets, dup_seg, dup_frame
+    v_fast   jsonb;         -- the answer of the fast way, null when it stood aside
 BEGIN
     PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
@@ -436,7 +546,15 @@ BEGIN
                                   'duplicate', 0, 'released', 0);
     END IF;
 
-    -- Hold what is ours; a segment missing any row is stale.
+    -- Nothing in the way (the common case): one subtransaction, one write per timer row.
+    v_fast := queen.log_timers_fire_fast_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens,
+        p_now, p_wait);
+    IF v_fast IS NOT NULL THEN
+        RETURN v_fast;
+    END IF;
+
+    -- The general way. Hold what is ours; a segment missing any row is stale.
     v_hold := queen.log_timers_fire_hold_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
 

@@ -509,3 +509,98 @@ def test_stale_and_busy_and_fired_in_one_call(q, connections):
     assert left["b"]["claim_token"] is None
     assert str(left["c"]["claim_token"]) == str(rows["c"]["claim_token"])
     assert str(left["d"]["claim_token"]) == str(rows["d"]["claim_token"])
+
+
+def _fire_counting_helpers(conn, segments, wait=None):
+    """Fires in one transaction with track_functions = pl and returns (answer, calls), calls
+    being {helper: calls} of the fast and the general way in that transaction."""
+    from sqlkit import Queen
+    conn.autocommit = False
+    with conn.cursor() as cur:
+        cur.execute("SET LOCAL track_functions = 'pl'")
+    res = Queen(conn).fire(segments, wait=wait)
+    with conn.cursor() as cur:
+        cur.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions"
+                    " WHERE schemaname = 'queen' AND funcname IN"
+                    " ('log_timers_fire_fast_v1', 'log_timers_fire_hold_v1', 'log_timers_fire_settle_v1')")
+        calls = dict(cur.fetchall())
+    conn.commit()
+    conn.autocommit = True
+    return res, calls
+
+
+def test_fire_takes_the_fast_way_when_nothing_is_in_the_way(q, connections):
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    rows = by_key(q.claim())
+    res, calls = _fire_counting_helpers(
+        connections(), [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])])
+    # The general way (hold, settle) never ran: the answer is the fast way's.
+    assert calls.get("log_timers_fire_fast_v1") == 1
+    assert "log_timers_fire_hold_v1" not in calls and "log_timers_fire_settle_v1" not in calls
+    assert [s["status"] for s in res["segments"]] == ["fired", "fired"]
+    assert [(s["baseOffset"], s["endOffset"], s["count"]) for s in res["segments"]] == [(0, 1, 2), (0, 0, 1)]
+    assert res["fired"] == 3 and res["stale"] == 0 and res["duplicate"] == 0
+    assert res["released"] == 0 and res["busy"] == 0
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == 3
+    assert sorted(q.one("SELECT array_agg(last_offset) FROM queen.log_partitions")) == [0, 1]
+
+
+@pytest.mark.parametrize("case", ["held_row", "stale_token", "duplicate", "busy_partition"])
+def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, case):
+    """Whatever stops the fast way midway (a row someone holds, a row not ours, a duplicate
+    found by its append, a busy partition) is undone with it: the general way then answers
+    exactly as it always did, and no offset, segment or index row of the undone attempt
+    survives."""
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    rows = by_key(q.claim())
+    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p1')", (T1,))
+    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p2')", (T1,))
+    locker = connections()
+    locker.autocommit = False
+    wait = None
+    if case == "held_row":
+        with locker.cursor() as cur:
+            cur.execute("SELECT 1 FROM queen.log_timers WHERE timer_key = 'b' FOR UPDATE")
+        expect = ["stale", "fired"]
+    elif case == "stale_token":
+        rows["b"] = dict(rows["b"], claim_token=str(uuid.uuid4()))
+        expect = ["stale", "fired"]
+    elif case == "duplicate":
+        # c's transaction is already in the log: the fast way's append finds it only after
+        # it deleted every row and appended p1's segment.
+        q.one("SELECT queen.log_push_v1(%s, 'q', 'p2', 1, %s, %s, %s)",
+              (T1, psycopg2.Binary(txn_hash("txn-c")), psycopg2.Binary(b"pushed"), NOW))
+        expect = ["fired", "duplicate"]
+    else:
+        with locker.cursor() as cur:
+            cur.execute("SELECT 1 FROM queen.log_partitions WHERE name = 'p2' FOR UPDATE")
+        wait = False
+        expect = ["fired", "busy"]
+    firer = connections(options="-c statement_timeout=10000")
+    res, calls = _fire_counting_helpers(
+        firer, [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])], wait=wait)
+    locker.rollback()
+    assert calls.get("log_timers_fire_fast_v1") == 1 and calls.get("log_timers_fire_hold_v1") == 1
+    assert [s["status"] for s in res["segments"]] == expect
+    lasts = {r["name"]: r["last_offset"] for r in q.all("SELECT name, last_offset FROM queen.log_partitions")}
+    segs = [(r["name"], r["base_offset"], r["end_offset"]) for r in q.all(
+        "SELECT p.name, s.base_offset, s.end_offset FROM queen.log_segments s"
+        " JOIN queen.log_partitions p ON p.id = s.partition_id ORDER BY p.name, s.base_offset")]
+    left = sorted(r["timer_key"] for r in q.all("SELECT timer_key FROM queen.log_timers"))
+    if case in ("held_row", "stale_token"):
+        # p1's segment is stale (nothing appended for it), p2's fired at offset 0.
+        assert lasts == {"p1": -1, "p2": 0} and segs == [("p2", 0, 0)]
+        assert left == ["a", "b"]
+    elif case == "duplicate":
+        # p1 fired once at 0 (not twice: the undone attempt left no offset behind); p2
+        # holds only the push.
+        assert lasts == {"p1": 1, "p2": 0} and segs == [("p1", 0, 1), ("p2", 0, 0)]
+        assert left == []
+    else:
+        assert lasts == {"p1": 1, "p2": -1} and segs == [("p1", 0, 1)]
+        assert left == ["c"]
+    indexed = {"held_row": 1, "stale_token": 1, "duplicate": 3, "busy_partition": 2}[case]
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == indexed
