@@ -179,6 +179,42 @@ def machine_facts() -> str:
     return f"{cores} cores ({model or 'unknown cpu'}), load average {load}"
 
 
+def _cpu_jiffies():
+    """(busy, total) jiffies of the whole machine, from the first line of /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already in user and nice
+    return total - idle, total
+
+
+class CpuMeter:
+    """The machine's CPU while a phase runs: every process counts (the database, the sweepers
+    or workers, this command, anything else on a shared machine), so it says how much of the
+    machine a phase used, not what one process cost."""
+
+    def __init__(self):
+        self.busy0, self.total0 = _cpu_jiffies()
+        self.t0 = time.monotonic()
+
+    def stop(self, timers: int) -> dict:
+        busy1, total1 = _cpu_jiffies()
+        secs = time.monotonic() - self.t0
+        hz = os.sysconf("SC_CLK_TCK")
+        cores = os.cpu_count() or 1
+        busy_s = (busy1 - self.busy0) / hz
+        frac = (busy1 - self.busy0) / (total1 - self.total0) if total1 > self.total0 else 0.0
+        return {"cores": cores, "cores_busy": frac * cores, "cpu_s": busy_s,
+                "cpu_ms_per_1k": busy_s * 1e6 / timers if timers else None, "seconds": secs}
+
+
+def cpu_note(cpu: dict) -> str:
+    if not cpu:
+        return ""
+    per = f", {cpu['cpu_ms_per_1k']:.0f} CPU-ms per 1,000" if cpu.get("cpu_ms_per_1k") else ""
+    return f"{cpu['cores_busy']:.2f} of {cpu['cores']} cores busy{per}"
+
+
 class Stopwatch:
     def __init__(self):
         self.t0 = time.monotonic()
