@@ -66,6 +66,8 @@ nlohmann::json Stats::to_json() {
     j["claimed_total"] = x.claimed_total;
     j["empty_claims_total"] = x.empty_claims_total;
     j["claim_batch"] = x.claim_batch;
+    j["claims_ahead_total"] = x.claims_ahead_total;
+    j["contended_claims_total"] = x.contended_claims_total;
     j["fired_total"] = x.fired_total;
     j["fired_segments_total"] = x.fired_segments_total;
     j["stale_total"] = x.stale_total;
@@ -328,6 +330,12 @@ std::string Stats::to_prometheus() {
     m.family("claim_batch", "gauge", "Rows the next claim asks for; grows from sweeper_claim_batch toward "
              "sweeper_claim_batch_max while a backlog lasts.")
         .sample(x.claim_batch);
+    m.family("claims_ahead_total", "counter", "Claims sent while the previous claim was being fired (a broker "
+             "alone in a backlog).")
+        .sample(x.claims_ahead_total);
+    m.family("contended_claims_total", "counter", "Claims whose fires met another broker (busy or stale "
+             "segments); for a second after one, claims wait for their fires.")
+        .sample(x.contended_claims_total);
     m.family("claimed_total", "counter", "Timer rows claimed.").sample(x.claimed_total);
     m.family("empty_claims_total", "counter", "Claims that took nothing while work was due.")
         .sample(x.empty_claims_total);

@@ -110,6 +110,7 @@ private:
     void adapt_claim_batch(uint64_t elapsed_ms, size_t packed_bytes);
     void set_claim_batch(int64_t rows);
     int64_t fire_contention();
+    bool contended_recently();
     Task<void> drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
                             uint64_t deadline_mono_ms);
     Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait);
@@ -205,6 +206,9 @@ private:
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
     int64_t claim_batch_now_ = 0;  // 0 until the first drain: then sweeper_claim_batch (drain.cpp)
+    // Loop clock until which claims are sent after their fires, not beside them (drain.cpp).
+    uint64_t contended_until_mono_ = 0;
+    static constexpr uint64_t kContendedHoldMs = 1000;
     bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
     uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
     double last_quota_ratio_ = 0;

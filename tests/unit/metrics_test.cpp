@@ -194,6 +194,8 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"probes_total", "queen_sweeper_probes_total"},
         {"claims_total", "queen_sweeper_claims_total"},
         {"claim_batch", "queen_sweeper_claim_batch"},
+        {"claims_ahead_total", "queen_sweeper_claims_ahead_total"},
+        {"contended_claims_total", "queen_sweeper_contended_claims_total"},
         {"claimed_total", "queen_sweeper_claimed_total"},
         {"empty_claims_total", "queen_sweeper_empty_claims_total"},
         {"fired_total", "queen_sweeper_fired_total"},
