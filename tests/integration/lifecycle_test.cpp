@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <unistd.h>
+
 #include "db.hpp"
 #include "queen_sweeper.h"
 
@@ -116,12 +118,15 @@ TEST_F(Lifecycle, StopPastItsTimeoutCancelsTheQueryInFlight) {
     testdb::Conn locker;
     locker.exec("BEGIN");
     locker.exec("LOCK TABLE queen.log_timers IN ACCESS EXCLUSIVE MODE");
-    queen_sweeper *sw = make();
+    // Its own application_name (the conninfo's wins over the library's fallback), so the
+    // sessions counted below are this sweeper's, not another test's run beside it (ctest -j).
+    const std::string app = "qs-lifecycle-cancel-" + std::to_string(::getpid());
+    queen_sweeper *sw = make("", testdb::sweeper_conninfo() + " application_name=" + app);
     ASSERT_EQ(queen_sweeper_start(sw), 0);
     testdb::Conn watch;
     ASSERT_TRUE(wait_for([&] {
-        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper' "
-                           "AND wait_event_type = 'Lock'") > 0;
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app +
+                           "' AND wait_event_type = 'Lock'") > 0;
     }, 10000));
     auto t0 = steady_clock::now();
     EXPECT_EQ(queen_sweeper_stop(sw, 700), QUEEN_SWEEPER_ETIMEDOUT);
@@ -134,7 +139,7 @@ TEST_F(Lifecycle, StopPastItsTimeoutCancelsTheQueryInFlight) {
     expect_clean_teardown(sw);
     // The blocked query was cancelled on the server, not left waiting on the lock.
     EXPECT_TRUE(wait_for([&] {
-        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper'") == 0;
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'") == 0;
     }, 5000));
     locker.exec("COMMIT");
     queen_sweeper_destroy(&sw);
