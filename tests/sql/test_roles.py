@@ -199,7 +199,7 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
 def test_schema_version_and_its_table(q):
     assert q.one("SELECT queen.schema_version_v1()") == 4
     row = q.all("SELECT component, version FROM queen.schema_info")
-    assert row == [{"component": "queen-sweeper", "version": 3}]
+    assert row == [{"component": "queen-sweeper", "version": 4}]
 
 
 # ---------------------------------------------------------------------------------------
