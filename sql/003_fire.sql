@@ -397,7 +397,6 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
-    v_nseg    int := coalesce(cardinality(p_seg_tenants), 0);
     v_all     boolean[] := array_fill(true, ARRAY[coalesce(cardinality(p_seg_tenants), 0)]);
     v_ids     record;
     v_last    bigint[];
