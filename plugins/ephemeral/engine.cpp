@@ -153,6 +153,7 @@ void Engine::touch(Queue &q, int64_t now) {
     if (collectable(q, now)) {
         // The sweep would have collected it; a touch finds the same fresh queue
         // it would have created, so behaviour does not depend on the sweep's timing.
+        retire_offsets(q);
         q.rings.clear();
         q.groups.clear();
         totals_.collected.fetch_add(1, std::memory_order_relaxed);
@@ -160,11 +161,31 @@ void Engine::touch(Queue &q, int64_t now) {
     q.last_touch = std::max(q.last_touch, now);
 }
 
+void Engine::retire_offsets(const Queue &q) {
+    int64_t high = 0;
+    for (const auto &[name, r] : q.rings) high = std::max(high, r.next_offset);
+    int64_t cur = offset_origin_.load(std::memory_order_relaxed);
+    while (high > cur && !offset_origin_.compare_exchange_weak(cur, high, std::memory_order_relaxed)) {
+    }
+}
+
 Ring &Engine::ring_for(Queue &q, std::string_view partition) {
     auto it = q.rings.find(partition);
     if (it != q.rings.end()) return it->second;
-    Ring &r = q.rings.emplace(std::string(partition), Ring{}).first->second;
-    for (const auto &group : q.groups) r.cursors.emplace(group, Cursor{});
+    // Relaxed is enough: the ring this one replaces was retired either under
+    // this queue's lock (in place) or, by the sweep, under the map's exclusive
+    // lock before the queue left the map, and a recreated queue is only found
+    // through the map after that. Either way the raise happens before this load.
+    Ring fresh;
+    fresh.next_offset = offset_origin_.load(std::memory_order_relaxed);
+    Ring &r = q.rings.emplace(std::string(partition), std::move(fresh)).first->second;
+    // A known group starts at the new ring's first offset: a cursor left at 0
+    // would hold back trimming for ever (its floor below every message).
+    for (const auto &group : q.groups) {
+        Cursor c;
+        c.next = r.next_offset;
+        r.cursors.emplace(group, std::move(c));
+    }
     return r;
 }
 
@@ -450,6 +471,7 @@ SweepResult Engine::sweep(int64_t now) {
         std::lock_guard lk(q->mu);
         // A touch may have landed between the two locks.
         if (q->dead || !collectable(*q, now)) continue;
+        retire_offsets(*q);
         queues_.erase(q->name);
         q->dead = true;
         res.collected += 1;

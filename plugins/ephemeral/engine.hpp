@@ -113,6 +113,9 @@ private:
     Tally maintain(Queue &q, int64_t now);
     bool collectable(const Queue &q, int64_t now) const;
     Ring &ring_for(Queue &q, std::string_view partition);
+    // Before a queue's rings are dropped (collection, in place or by the
+    // sweep): raise offset_origin_ past every offset they handed out.
+    void retire_offsets(const Queue &q);
     bool evict_oldest(Queue &q);
     void release(Queue &q, const Tally &t);
     Error reserve_engine(Queue &q, size_t len);
@@ -131,6 +134,17 @@ private:
     std::atomic<uint64_t> bytes_{0};
     std::atomic<uint64_t> messages_{0};
     std::atomic<uint64_t> lease_seq_{0};
+    // Where every ring created from now on starts its offsets: past the last
+    // offset of every ring collection has dropped. A consumer that still holds
+    // an offset of a collected ring can name it in an ack by offset alone
+    // (lease id 0), and a recreated ring restarting at 0 would hand that very
+    // offset to a new message, which the late ack would then settle. One
+    // number for the whole engine, not one per (queue, partition): what
+    // collection forgets must stay forgotten, or memory would grow with every
+    // name ever used. The price is that a partition's first offset is 0 only
+    // until the engine first collects a queue; offsets were never dense across
+    // partitions anyway, only within one ring.
+    std::atomic<int64_t> offset_origin_{0};
     Totals totals_;
 
     std::shared_mutex waker_mu_;

@@ -159,19 +159,30 @@ TEST(EphemeralConcurrency, ManyThreadsNoLossNoDuplicates) {
 
 TEST(EphemeralConcurrency, CollectionRacesWithTouches) {
     // A sweep collecting idle queues while other threads touch them: a touch
-    // never writes into a collected queue, and nothing is lost or leaked.
+    // never writes into a collected queue, nothing is lost or leaked, and a
+    // queue collected and created again never hands out an offset it handed
+    // out before (each thread's pushes to one queue see offsets only grow).
     Engine e([](queen_ephemeral_config &c) { c.idle_gc_ms = 1; });
     std::atomic<int64_t> clock{0};
     std::atomic<bool> stop{false};
-    std::atomic<uint64_t> completed{0}, pushed{0}, sweeps{0};
+    std::atomic<uint64_t> completed{0}, pushed{0}, sweeps{0}, reused{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
+            std::map<std::string, int64_t> last; // per queue: the last offset this thread was given
             // At least 3000 rounds, and on until the sweeper has really run alongside.
             for (int i = 0; i < 3000 || sweeps.load() < 200; ++i) {
                 const std::string q = "q" + std::to_string((t + i) % 8);
                 const int64_t now = clock.load();
-                if (push(e, q.c_str(), "p", "x", now) == QUEEN_EPHEMERAL_OK) pushed.fetch_add(1);
+                int64_t off = -1;
+                if (push(e, q.c_str(), "p", "x", now, &off) == QUEEN_EPHEMERAL_OK) {
+                    pushed.fetch_add(1);
+                    auto [it, first] = last.emplace(q, off);
+                    if (!first) {
+                        if (off <= it->second) reused.fetch_add(1);
+                        it->second = off;
+                    }
+                }
                 Popped m = pop(e, q.c_str(), "p", "g", now, kLongLease);
                 if (m.rc == QUEEN_EPHEMERAL_OK &&
                     ack(e, q.c_str(), "p", "g", m, QUEEN_EPHEMERAL_ACK_COMPLETED, now) == QUEEN_EPHEMERAL_OK)
@@ -189,6 +200,7 @@ TEST(EphemeralConcurrency, CollectionRacesWithTouches) {
     stop = true;
     sweeper.join();
     EXPECT_GE(pushed.load(), 12000u);
+    EXPECT_EQ(reused.load(), 0u) << "an offset came back after its queue was collected";
     // Each thread pops its own queue right after pushing, and a queue holding a
     // message is never collected, so every push is completed by some pop.
     EXPECT_EQ(completed.load() + stat(e, "messages"), pushed.load());

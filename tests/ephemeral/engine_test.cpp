@@ -344,12 +344,119 @@ TEST(EphemeralGc, TouchAfterIdleStartsAFreshQueue) {
     ASSERT_EQ(push(e, "q", "p", "x", 0), OK);
     Popped m = pop(e, "q", "p", "g", 0);
     ASSERT_EQ(ack(e, "q", "p", "g", m, DONE, 0), OK);
-    // No sweep ran, but the outcome is the one a sweep would have produced.
+    // No sweep ran, but the outcome is the one a sweep would have produced;
+    // only the offsets go on where the collected ring left them.
     int64_t off = -1;
     ASSERT_EQ(push(e, "q", "p", "y", 5000, &off), OK);
-    EXPECT_EQ(off, 0);
+    EXPECT_EQ(off, 1);
     EXPECT_EQ(stat(e, "collected_total"), 1u);
     EXPECT_EQ(info(e, "q").groups, 0u);
+}
+
+// A late ack after the queue it named was collected (issue 18). A consumer
+// takes offset 0 and stalls past its lease; another consumer of the same group
+// gets it again and completes it, so the queue is empty and, once idle,
+// collected. The producer then pushes again and a third consumer takes the new
+// message. The stalled consumer finally acks offset 0 by offset alone (lease id
+// 0): that must not name the new message, whatever the outcome, whichever path
+// collected the queue, and the new message is delivered exactly once.
+enum class Collection { OnTouch, BySweep };
+
+static void late_ack_after_collection(Collection path, int outcome) {
+    Engine e([](queen_ephemeral_config &c) { c.idle_gc_ms = 1000; });
+    ASSERT_EQ(push(e, "q", "p", "first", 0), OK);
+    Popped stalled = pop(e, "q", "p", "g", 0, 100);
+    ASSERT_EQ(stalled.rc, OK);
+    ASSERT_EQ(stalled.offset, 0);
+    Popped again = pop(e, "q", "p", "g", 100);
+    ASSERT_EQ(again.attempt, 2u);
+    ASSERT_EQ(ack(e, "q", "p", "g", again, DONE, 100), OK);
+    ASSERT_EQ(info(e, "q").messages, 0u);
+
+    if (path == Collection::BySweep) {
+        ASSERT_EQ(sweep(e, 1100).queues_collected, 1u);
+        int rc = 0;
+        info(e, "q", &rc);
+        ASSERT_EQ(rc, QUEEN_EPHEMERAL_ENOENT);
+    }
+    // On touch: no sweep ran, so this push collects the idle queue in place.
+    int64_t off = -1;
+    ASSERT_EQ(push(e, "q", "p", "second", 1200, &off), OK);
+    EXPECT_EQ(stat(e, "collected_total"), 1u);
+    EXPECT_GT(off, stalled.offset) << "an offset is never reused within its partition";
+    Popped fresh = pop(e, "q", "p", "g", 1300);
+    ASSERT_EQ(fresh.rc, OK);
+    ASSERT_EQ(fresh.payload, "second");
+    EXPECT_EQ(fresh.offset, off);
+    EXPECT_EQ(fresh.attempt, 1u);
+
+    // The stalled consumer's ack, with its old lease and then by offset alone.
+    EXPECT_EQ(ack(e, "q", "p", "g", stalled, outcome, 1400), QUEEN_EPHEMERAL_ENOENT);
+    EXPECT_EQ(queen_ephemeral_ack(e, "q", "p", "g", stalled.offset, 0, outcome, 1400),
+              QUEEN_EPHEMERAL_ENOENT);
+    EXPECT_EQ(info(e, "q").in_flight, 1u) << "the new delivery is still open";
+    EXPECT_EQ(pop(e, "q", "p", "g", 1500).rc, QUEEN_EPHEMERAL_EAGAIN)
+        << "not delivered a second time while its consumer works on it";
+
+    // Its own consumer settles it, once, and the ring trims it.
+    EXPECT_EQ(ack(e, "q", "p", "g", fresh, DONE, 1600), OK) << queen_ephemeral_last_error();
+    EXPECT_EQ(info(e, "q").messages, 0u);
+    EXPECT_EQ(pop(e, "q", "p", "g", 1700).rc, QUEEN_EPHEMERAL_EAGAIN);
+    EXPECT_EQ(stat(e, "popped_total"), 3u);
+    EXPECT_EQ(stat(e, "acked_total"), 2u);
+    EXPECT_EQ(stat(e, "retried_total"), 0u);
+    EXPECT_EQ(stat(e, "failed_total"), 0u);
+    EXPECT_EQ(sweep(e, 2700).queues_collected, 1u) << "and the queue is collected again";
+}
+
+TEST(EphemeralLateAck, CompletedAfterCollectionOnTouch) {
+    late_ack_after_collection(Collection::OnTouch, DONE);
+}
+TEST(EphemeralLateAck, CompletedAfterCollectionBySweep) {
+    late_ack_after_collection(Collection::BySweep, DONE);
+}
+TEST(EphemeralLateAck, RetryAfterCollectionOnTouch) {
+    late_ack_after_collection(Collection::OnTouch, RETRY);
+}
+TEST(EphemeralLateAck, RetryAfterCollectionBySweep) {
+    late_ack_after_collection(Collection::BySweep, RETRY);
+}
+TEST(EphemeralLateAck, FailedAfterCollectionOnTouch) {
+    late_ack_after_collection(Collection::OnTouch, FAILED);
+}
+TEST(EphemeralLateAck, FailedAfterCollectionBySweep) {
+    late_ack_after_collection(Collection::BySweep, FAILED);
+}
+
+// The same late ack before anyone took the new message: refused, and the new
+// message is still delivered (not skipped) to the next pop.
+TEST(EphemeralLateAck, BeforeTheNewMessageIsTaken) {
+    for (Collection path : {Collection::OnTouch, Collection::BySweep}) {
+        Engine e([](queen_ephemeral_config &c) {
+            c.idle_gc_ms = 1000;
+            c.max_retries = 0; // the stalled lease is exhausted: the queue empties by itself
+        });
+        ASSERT_EQ(push(e, "q", "p", "first", 0), OK);
+        Popped stalled = pop(e, "q", "p", "g", 0, 100);
+        ASSERT_EQ(stalled.rc, OK);
+        if (path == Collection::BySweep) {
+            ASSERT_EQ(sweep(e, 1100).queues_collected, 1u);
+        }
+        int64_t off = -1;
+        ASSERT_EQ(push(e, "q", "p", "second", 1200, &off), OK);
+        EXPECT_NE(off, stalled.offset);
+        // Collection forgot the group; a pop of another partition makes it known
+        // again, so the ack below gets as far as looking at the offset.
+        ASSERT_EQ(pop(e, "q", "p2", "g", 1250).rc, QUEEN_EPHEMERAL_EAGAIN);
+        EXPECT_EQ(queen_ephemeral_ack(e, "q", "p", "g", stalled.offset, 0, DONE, 1300),
+                  QUEEN_EPHEMERAL_ENOENT);
+        Popped fresh = pop(e, "q", "p", "g", 1400);
+        ASSERT_EQ(fresh.rc, OK) << "the new message is not skipped";
+        EXPECT_EQ(fresh.payload, "second");
+        EXPECT_EQ(fresh.attempt, 1u);
+        EXPECT_EQ(ack(e, "q", "p", "g", fresh, DONE, 1500), OK);
+        EXPECT_EQ(info(e, "q").messages, 0u);
+    }
 }
 
 TEST(EphemeralGc, ZeroIdleGcNeverCollects) {
