@@ -39,6 +39,17 @@
  *     most QUEEN_EPHEMERAL_MAX_NAME bytes; they are borrowed for the call.
  *   - Structs that cross the boundary start with struct_size and only grow
  *     at the end.
+ *
+ * Offsets: every push takes the next offset of its partition, so within a
+ * ring they are consecutive and only grow. An offset is never handed out
+ * twice for the same (queue, partition) while the engine lives, not even
+ * after the queue is collected and its name used again: the recreated ring
+ * goes on past the highest offset of every ring collected so far. That is
+ * what makes an ack by offset alone safe however late it comes: one naming an
+ * offset of a collected ring gets ENOENT, never a newer message. The engine
+ * keeps a single number for it, not a record per collected name, so
+ * collection still frees everything else; the price is that a new
+ * partition's first offset is 0 only until the engine first collects a queue.
  */
 #ifndef QUEEN_EPHEMERAL_H
 #define QUEEN_EPHEMERAL_H
@@ -145,7 +156,8 @@ typedef struct queen_ephemeral_config {
     uint64_t ttl_ms;              /**< default message ttl; 0 none (default 0) */
     uint64_t idle_gc_ms;          /**< an implicit queue holding no message is collected after this long
                                        without push, pop or ack; 0 never (default 300000). Messages are
-                                       retired by ttl and bounds, never by idleness. */
+                                       retired by ttl and bounds, never by idleness. Collection forgets
+                                       the queue's groups, not its offsets (see "Offsets" above). */
     uint64_t max_payload_bytes;   /**< largest single payload, > 0 (default 1 MiB) */
     uint32_t max_queues;          /**< queues alive at once; 0 unbounded (default 65536) */
     uint32_t max_groups;          /**< consumer groups per queue; 0 unbounded (default 1024) */
@@ -175,7 +187,7 @@ typedef struct queen_ephemeral_queue_options {
  */
 typedef struct queen_ephemeral_message {
     size_t struct_size;            /**< set by the caller to sizeof(queen_ephemeral_message) */
-    int64_t offset;                /**< the message's offset in its partition's ring */
+    int64_t offset;                /**< the message's offset in its partition, never reused (see "Offsets") */
     uint64_t lease_id;             /**< identifies this delivery; never 0 */
     uint32_t attempt;              /**< 1 for the first delivery to this group, then 2, ... */
     int64_t lease_expires_unix_ms; /**< when the lease lapses and the message is redelivered */
@@ -293,7 +305,9 @@ QUEEN_EPHEMERAL_API int queen_ephemeral_declare(queen_ephemeral *e, const char *
  *
  * payload, len: borrowed; copied. payload may be NULL only when len is 0.
  * now_unix_ms: the caller's clock.
- * out_offset: optional; receives the message's offset in its ring.
+ * out_offset: optional; receives the message's offset in its partition
+ *   (see "Offsets" at the top: a partition created after a collection
+ *   need not start at 0).
  * Returns: OK; EINVAL for NULL engine, bad names, NULL payload with len > 0,
  *   or len above max_payload_bytes; EFULL when a bound rejects the push (the
  *   last error names queue_max_bytes / queue_max_messages / max_bytes /
@@ -337,14 +351,18 @@ QUEEN_EPHEMERAL_API int queen_ephemeral_pop(queen_ephemeral *e, const char *queu
  * lease_id: 0 to settle by offset alone (any open delivery of that offset);
  *   otherwise it must be the message's latest lease. A lease that lapsed is
  *   still honoured until the message is delivered again (or exhausted).
+ *   Offsets are never reused (see "Offsets"), so an ack by offset alone that
+ *   arrives after its queue was collected gets ENOENT; it cannot settle the
+ *   message that a recreated queue pushed since.
  * outcome: QUEEN_EPHEMERAL_ACK_COMPLETED (done for the group),
  *   QUEEN_EPHEMERAL_ACK_RETRY (visible again at once; spends an attempt, so
  *   past max_retries it is exhausted instead) or QUEEN_EPHEMERAL_ACK_FAILED
  *   (dropped for the group). A message every group is done with is trimmed.
  * Returns: OK; ENOENT for an unknown queue, partition or group, or an offset
- *   not open for this group (never delivered, already settled, or dropped by
- *   ttl or a bound); ESTALE for a superseded lease; EINVAL for bad
- *   arguments (offset -1 with lease_id 0, unknown outcome).
+ *   not open for this group (never delivered, already settled, dropped by
+ *   ttl or a bound, or delivered by a queue since collected); ESTALE for a
+ *   superseded lease; EINVAL for bad arguments (offset -1 with lease_id 0,
+ *   unknown outcome).
  * Thread safety: any thread, concurrently with everything but destroy.
  * Since: 1.0
  */
