@@ -55,6 +55,25 @@ def test_ephemeral_lease_expiry_is_swept():
         assert again.offset == msg.offset and again.attempt == 2
 
 
+def test_ephemeral_late_ack_after_collection_is_refused():
+    # Offsets survive the collection of an idle queue: a consumer whose lease
+    # lapsed and who acks by offset alone must not settle the message that a
+    # recreated queue pushed since (issue 18).
+    with Ephemeral(lease_ms=100, idle_gc_ms=1000) as engine:
+        engine.push("q", "p0", b"first", now=T0)
+        stalled = engine.pop("q", "p0", "g", now=T0)
+        again = engine.pop("q", "p0", "g", now=T0 + 100)
+        engine.ack("q", "p0", "g", again.offset, again.lease_id, now=T0 + 100)
+        assert engine.sweep(now=T0 + 1100).queues_collected == 1
+        offset = engine.push("q", "p0", b"second", now=T0 + 1200)
+        assert offset > stalled.offset
+        fresh = engine.pop("q", "p0", "g", lease_ms=5000, now=T0 + 1300)
+        with pytest.raises(NotFound):
+            engine.ack("q", "p0", "g", stalled.offset, 0, outcome="retry", now=T0 + 1400)
+        assert engine.pop("q", "p0", "g", now=T0 + 1500) is None
+        engine.ack("q", "p0", "g", fresh.offset, fresh.lease_id, now=T0 + 1600)
+
+
 def test_ephemeral_errors_carry_the_message():
     with Ephemeral(queue_max_messages=1) as engine:
         engine.push("q", "p0", b"x", now=T0)

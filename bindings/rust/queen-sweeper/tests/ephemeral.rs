@@ -57,6 +57,27 @@ fn ephemeral_lease_expiry_and_errors() {
     }
 }
 
+/// Offsets survive the collection of an idle queue: a consumer whose lease lapsed and who
+/// acks by offset alone must not settle the message a recreated queue pushed since (issue 18).
+#[test]
+fn ephemeral_late_ack_after_collection_is_refused() {
+    let engine = Ephemeral::new(&EphemeralConfig::new().lease_ms(100).idle_gc_ms(1000)).unwrap();
+    engine.push("q", "p0", b"first", T0).unwrap();
+    let stalled = engine.pop("q", "p0", "g", 0, T0).unwrap().unwrap();
+    let again = engine.pop("q", "p0", "g", 0, T0 + 100).unwrap().unwrap();
+    engine.ack("q", "p0", "g", again.offset, again.lease_id, Outcome::Completed, T0 + 100).unwrap();
+    assert_eq!(engine.sweep(T0 + 1100).unwrap().queues_collected, 1);
+    let offset = engine.push("q", "p0", b"second", T0 + 1200).unwrap();
+    assert!(offset > stalled.offset, "offset {offset} reused");
+    let fresh = engine.pop("q", "p0", "g", 5000, T0 + 1300).unwrap().unwrap();
+    match engine.ack("q", "p0", "g", stalled.offset, 0, Outcome::Retry, T0 + 1400) {
+        Err(Error::NotFound(_)) => {}
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    assert!(engine.pop("q", "p0", "g", 0, T0 + 1500).unwrap().is_none(), "delivered twice");
+    engine.ack("q", "p0", "g", fresh.offset, fresh.lease_id, Outcome::Completed, T0 + 1600).unwrap();
+}
+
 #[test]
 fn ephemeral_backstop_of_a_sweeper() {
     let conninfo = std::env::var("QUEEN_TEST_CONNINFO")
