@@ -822,7 +822,8 @@ $fn$;
 -- 3. claim
 -- ---------------------------------------------------------------------------------------
 
--- queen.log_timers_claim_v1(shards int2[], now, lease_ms int, max_rows int, per_tenant int)
+-- queen.log_timers_claim_v2(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
+--                           max_bytes bigint, claim_id uuid)
 --   -> table(tenant_id uuid, queue text, timer_key text, partition text, txn text,
 --            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
 --            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
@@ -833,15 +834,24 @@ $fn$;
 -- null/< 1, where fairness cannot change the choice). shards: null = every shard (the
 -- sweeper's case); a non-null array restricts the walk to rows of those shards (a filter,
 -- not an order: the walk is oldest-first whatever the array's order). From the pool,
--- max_rows rows are chosen ordered by (ceil(rank within tenant / per_tenant), visible_at):
--- each tenant gets per_tenant rows before any tenant gets more, and when the other tenants
+-- rows are chosen ordered by (ceil(rank within tenant / per_tenant), visible_at): each
+-- tenant gets per_tenant rows before any tenant gets more, and when the other tenants
 -- have nothing the remainder still fills (work-conserving). Fairness holds within the
 -- pool; the index has no tenant in it, so a tenant whose rows are all younger than another
 -- tenant's whole pool-sized backlog waits for that backlog's head to move.
+-- The choice stops at max_rows rows or, in the same order, at max_bytes of payload
+-- (octet_length, read from the row's header: a TOASTed payload is not fetched to be
+-- measured): the first row is always taken, every later one only while the running sum
+-- of payload bytes stays within max_bytes (null or < 1: no byte budget). So a claim is
+-- bounded in bytes as well as rows, and its memory in the caller with it.
 -- Concurrent claimers do not queue on the index head: a row another claim holds is
 -- skipped (SKIP LOCKED), and a row another claim has committed has moved to
 -- visible_at = its lease end, out of the walk.
--- Each claimed row gets its own fresh token and claimed_until = now + lease_ms.
+-- Every claimed row gets claim_token = claim_id (the caller's, so that a caller whose
+-- answer was lost can still name what it holds: log_timers_release_claims_v1) or, with a
+-- null claim_id, a fresh token of its own; and claimed_until = now + lease_ms, the same
+-- instant for every row of the claim (so its rows sit at one visible_at). A claim_id must
+-- be unique (a random v4 uuid): it is what the fire and the release match.
 -- Rows come back in their pre-claim visible_at order; late_ms = now - deliver_at.
 -- Returns nothing when timers_fire_enabled is false or maintenance_mode is true.
 -- Refused with 22023: null now, lease_ms < 1.
@@ -853,8 +863,9 @@ $fn$;
 -- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
 -- sequential scan in it, each call scans everything fired since (measured in
 -- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
-    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int)
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v2(
+    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
+    p_max_bytes bigint, p_claim_id uuid)
 RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
                message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
                producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
@@ -868,12 +879,13 @@ DECLARE
     v_per      int;
     v_pool_cap int;
     v_all      boolean;
+    v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
 BEGIN
     IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_claim_v1: now must not be null' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'log_timers_claim_v2: now must not be null' USING ERRCODE = '22023';
     END IF;
     IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
-        RAISE EXCEPTION 'log_timers_claim_v1: lease_ms must be at least 1 (got %)', p_lease_ms
+        RAISE EXCEPTION 'log_timers_claim_v2: lease_ms must be at least 1 (got %)', p_lease_ms
             USING ERRCODE = '22023';
     END IF;
     IF p_max_rows IS NULL OR p_max_rows < 1 THEN
@@ -894,7 +906,8 @@ BEGIN
 
     RETURN QUERY
     WITH pool AS MATERIALIZED (
-        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv
+        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv,
+               octet_length(t.payload)::bigint AS cb
           FROM queen.log_timers t
          WHERE t.visible_at <= p_now
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
@@ -903,17 +916,22 @@ BEGIN
          LIMIT v_pool_cap
            FOR UPDATE SKIP LOCKED
     ), ranked AS (
-        SELECT p.tid, p.ct, p.cq, p.ck, p.cv,
+        SELECT p.tid, p.ct, p.cq, p.ck, p.cv, p.cb,
                row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
           FROM pool p
-    ), chosen AS (
-        SELECT r.tid, r.ct, r.cq, r.ck, r.cv
+    ), ordered AS (
+        SELECT r.tid, r.ct, r.cq, r.ck, r.cv,
+               row_number() OVER w AS pos,
+               sum(r.cb) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
           FROM ranked r
-         ORDER BY (r.rn - 1) / v_per, r.cv, r.ct, r.cq COLLATE "C", r.ck COLLATE "C"
-         LIMIT p_max_rows
+        WINDOW w AS (ORDER BY (r.rn - 1) / v_per, r.cv, r.ct, r.cq COLLATE "C", r.ck COLLATE "C")
+    ), chosen AS (
+        SELECT o.tid, o.ct, o.cq, o.ck, o.cv
+          FROM ordered o
+         WHERE o.pos <= p_max_rows AND (o.pos = 1 OR v_bytes IS NULL OR o.cum <= v_bytes)
     ), claimed AS (
         UPDATE queen.log_timers AS t
-           SET claim_token = gen_random_uuid(),
+           SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
                claimed_until = p_now + p_lease_ms * interval '1 millisecond',
                updated_at = p_now
          -- By the row's address (a TID scan): the row is locked by this statement, so its
@@ -934,6 +952,24 @@ BEGIN
       JOIN chosen c ON c.ct = x.tenant_id AND c.cq = x.queue AND c.ck = x.timer_key
      ORDER BY c.cv, x.tenant_id, x.queue, x.timer_key;
 END
+$fn$;
+
+-- queen.log_timers_claim_v1(shards int2[], now, lease_ms int, max_rows int, per_tenant int)
+--   -> the table of log_timers_claim_v2
+-- The claim of schema versions 1-4, kept for sweepers of those versions during a rolling
+-- upgrade: log_timers_claim_v2 without a byte budget, each row with a fresh token of its own.
+-- Locks: those of log_timers_claim_v2.
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
+    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int)
+RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
+               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
+               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
+               attempts int)
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
+AS $fn$
+    SELECT * FROM queen.log_timers_claim_v2(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant, NULL, NULL)
 $fn$;
 
 
@@ -1042,7 +1078,12 @@ $fn$;
 -- '__timer__', log_offset -1, payload as JSON when it is UTF-8 JSON, else
 -- {"_raw_b64": ...} with "_zstd"/"_encrypted" flags; error = last_error; message_id, txn,
 -- timer_key, attempts kept), then deletes them. A row that is in somebody's hands, or
--- locked by anyone, is left alone.
+-- locked by anyone, is left alone, and so is a row with attempts = 0: a timer the host
+-- rescheduled, replaced or re-created since it last failed starts again at 0 attempts and
+-- is never dead-lettered for what its old version did. The sweeper no longer calls this
+-- after log_timers_fail_v1 (a host could act on the row between the two transactions):
+-- it calls log_timers_fail_v2, which decides and moves in one. Kept for callers of
+-- schema versions 1-4 and for operators.
 -- Refused with 22023: arrays of different lengths, null now.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); new log_dlq rows.
 CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
@@ -1075,6 +1116,7 @@ BEGIN
                   FROM queen.log_timers t
                  WHERE t.tenant_id = u.ut AND t.queue = u.uq AND t.timer_key = u.uk
                    AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+                   AND t.attempts > 0
                    FOR UPDATE SKIP LOCKED) h
     ), moved AS (
         DELETE FROM queen.log_timers AS t
@@ -1093,6 +1135,45 @@ BEGIN
     )
     SELECT count(*) INTO v_moved FROM ins;
     RETURN jsonb_build_object('moved', v_moved);
+END
+$fn$;
+
+-- queen.log_timers_fail_v2(<the arguments of log_timers_fail_v1>) -> jsonb
+--   {"released": n, "exhausted": [{"tenant", "queue", "key", "attempts"}, ...], "moved": n}
+-- log_timers_fail_v1 and the move of what it exhausted to queen.log_dlq
+-- (log_timers_dlq_v1), in ONE transaction: the rows the failure updates stay locked by it
+-- until the move, so exhaustion and dead-lettering are one decision. A host that
+-- reschedules, replaces, cancels or re-creates the timer meanwhile waits for this call and
+-- then finds it gone (absent), instead of being told "rescheduled" about a timer that is
+-- then dead-lettered with its new payload. moved = rows moved (every exhausted row).
+-- Refused with 22023 as log_timers_fail_v1.
+-- Locks: those of log_timers_fail_v1, then new log_dlq rows.
+CREATE OR REPLACE FUNCTION queen.log_timers_fail_v2(
+    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[], p_error text,
+    p_class text, p_now timestamptz, p_backoff_min_ms int, p_backoff_max_ms int,
+    p_transient_backoff_ms int, p_max_attempts int)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_fail  jsonb;
+    v_moved jsonb := jsonb_build_object('moved', 0);
+    v_t     uuid[];
+    v_q     text[];
+    v_k     text[];
+BEGIN
+    v_fail := queen.log_timers_fail_v1(p_tenants, p_queues, p_keys, p_tokens, p_error, p_class,
+        p_now, p_backoff_min_ms, p_backoff_max_ms, p_transient_backoff_ms, p_max_attempts);
+    IF jsonb_array_length(v_fail -> 'exhausted') > 0 THEN
+        SELECT array_agg((e ->> 'tenant')::uuid), array_agg(e ->> 'queue'), array_agg(e ->> 'key')
+          INTO v_t, v_q, v_k
+          FROM jsonb_array_elements(v_fail -> 'exhausted') AS e;
+        -- The rows are locked by the UPDATE above (this transaction), so nobody changed
+        -- them since; SKIP LOCKED does not skip a transaction's own locks.
+        v_moved := queen.log_timers_dlq_v1(v_t, v_q, v_k, p_now);
+    END IF;
+    RETURN v_fail || v_moved;
 END
 $fn$;
 
@@ -1140,6 +1221,54 @@ BEGIN
            SET claim_token = NULL, claimed_until = NULL
           FROM held x
          WHERE t.tenant_id = x.tenant_id AND t.queue = x.queue AND t.timer_key = x.timer_key
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_released FROM upd;
+    RETURN v_released;
+END
+$fn$;
+
+-- queen.log_timers_release_claims_v1(claims uuid[], lease_from timestamptz,
+--                                     lease_to timestamptz) -> int
+-- Hands back every row still held under one of the given claim ids (claim_token = the
+-- claim_id given to log_timers_claim_v2) whose lease ends between lease_from and lease_to:
+-- claim_token and claimed_until nulled, no attempt spent, as log_timers_release_v1. For a
+-- caller whose claim's answer was lost (the connection died after the claim committed):
+-- it never saw the rows, but it knows the claim ids it sent and, within its clock's
+-- uncertainty, when their lease ends (a claim's rows all sit at visible_at = its now +
+-- lease_ms, which bounds the walk of the visible_at index to that window). A claim that
+-- never committed has no rows. Returns the number released.
+-- Refused with 22023: a null or inverted window, or one over 10 minutes (a bounded walk).
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
+CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v1(
+    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz)
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_released int;
+BEGIN
+    IF p_lease_from IS NULL OR p_lease_to IS NULL OR p_lease_to < p_lease_from
+       OR p_lease_to - p_lease_from > interval '10 minutes' THEN
+        RAISE EXCEPTION 'log_timers_release_claims_v1: the lease window must run forward over at most 10 minutes (got % .. %)',
+            p_lease_from, p_lease_to USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_claims), 0) = 0 THEN
+        RETURN 0;
+    END IF;
+    WITH held AS (
+        SELECT t.ctid AS tid
+          FROM queen.log_timers t
+         WHERE t.visible_at BETWEEN p_lease_from AND p_lease_to
+           AND t.claim_token = ANY (p_claims)
+           FOR UPDATE SKIP LOCKED
+    ), upd AS (
+        UPDATE queen.log_timers AS t
+           SET claim_token = NULL, claimed_until = NULL
+         WHERE t.ctid = ANY (ARRAY(SELECT h.tid FROM held h))
+           AND t.claim_token = ANY (p_claims)
         RETURNING 1
     )
     SELECT count(*) INTO v_released FROM upd;

@@ -182,6 +182,30 @@ $fn$;
 -- queen.log_timers_fire_hold_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], timer_keys text[], timer_seg int[], timer_tokens uuid[],
 --     now timestamptz) -> (held boolean[], held_n int[], live boolean[])
+-- queen.log_timers_ours_v1(row_token, row_claimed_until, row_partition, token, partition,
+--     now) -> boolean
+-- THE check of a claimed row, the one place the fire writes it: the row carries the
+-- caller's claim token, its claim is live (claimed_until > now) and it is in the
+-- segment's partition. Every statement of the fire that holds or deletes a timer row
+-- applies it to the row it writes, so each one is right by itself (a row changed
+-- under it, re-read by the executor after an update chain, is judged again here; the
+-- statement does not depend on the server re-checking a TID). No host write keeps a claim
+-- token (schedule, reschedule and cancel null it), so a row that passes is the very
+-- version the claim took. No SET search_path, like epoch_ms_v1 (002): it must stay
+-- inlinable (a SET clause stops the planner from inlining, and the key lookups around it
+-- must stay index scans), so its operators are named with their schema instead.
+-- Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_ours_v1(
+    p_row_token uuid, p_row_claimed_until timestamptz, p_row_partition text,
+    p_token uuid, p_partition text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $fn$
+    SELECT p_row_token OPERATOR(pg_catalog.=) p_token
+       AND p_row_claimed_until OPERATOR(pg_catalog.>) p_now
+       AND p_row_partition OPERATOR(pg_catalog.=) p_partition
+$fn$;
+
 -- Holds what is the caller's, all segments in one statement: locks each named row (tenant
 -- and queue of its segment) FOR UPDATE SKIP LOCKED if its claim_token is the given one,
 -- its claim is live (claimed_until > now) and its partition is the segment's. held[j]:
@@ -206,9 +230,8 @@ BEGIN
                  WHERE t.tenant_id = p_seg_tenants[u.s]
                    AND t.queue = p_seg_queues[u.s]
                    AND t.timer_key = u.k
-                   AND t.claim_token = u.tok
-                   AND t.claimed_until > p_now
-                   AND t.partition = p_seg_partitions[u.s]
+                   AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition,
+                                                u.tok, p_seg_partitions[u.s], p_now)
                    FOR UPDATE SKIP LOCKED) x ON true)
     SELECT (SELECT array_agg(h.held ORDER BY h.j) FROM h),
            (SELECT array_agg(coalesce(c.n, 0) ORDER BY g.i)
@@ -372,8 +395,9 @@ $fn$;
 -- The fire as it goes when nothing is in the way, in one subtransaction: the segments'
 -- queues and partitions (provisioned when missing), their partition rows locked as
 -- log_timers_fire_v1 takes them (p_wait), the named rows deleted outright (claim_token,
--- claimed_until > now and partition verified, each row found by its primary key and deleted
--- by its address), then the append with the dedup window. It answers only when every
+-- claimed_until > now and partition verified by log_timers_ours_v1, each row found by its
+-- primary key and deleted by its address with the check applied again to the row deleted),
+-- then the append with the dedup window. It answers only when every
 -- segment was fired: every partition locked, every named row deleted, no segment a
 -- duplicate. Anything else (a partition someone holds with p_wait false, a row missing or
 -- not ours, a duplicate, a row someone else holds) undoes the subtransaction,
@@ -411,25 +435,29 @@ BEGIN
             RAISE EXCEPTION 'busy' USING ERRCODE = 'QSF01';
         END IF;
 
-        -- Found by key under this statement's snapshot, deleted by address: a row changed
-        -- since (another claim, a cancel) is re-read by the DELETE and, at a new address,
-        -- not deleted, so the count below comes up short.
+        -- Found by key under this statement's snapshot, deleted by address, and the claim
+        -- checked again on the row the DELETE writes: a row changed since (a reschedule
+        -- after a lapsed lease, another claim, a cancel) is re-read by the DELETE and judged
+        -- by log_timers_ours_v1 as it is now, so it is not deleted and the count below comes
+        -- up short. The statement is right by itself, on any minor version and any plan.
         PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
-        WITH d AS (
+        WITH f AS MATERIALIZED (
+            SELECT x.tid, u.tok, p_seg_partitions[u.s] AS part
+              FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) AS u(k, s, tok)
+             CROSS JOIN LATERAL (
+                   SELECT t2.ctid AS tid
+                     FROM queen.log_timers t2
+                    WHERE t2.tenant_id = p_seg_tenants[u.s]
+                      AND t2.queue = p_seg_queues[u.s]
+                      AND t2.timer_key = u.k
+                      AND queen.log_timers_ours_v1(t2.claim_token, t2.claimed_until, t2.partition,
+                                                   u.tok, p_seg_partitions[u.s], p_now)
+                    LIMIT 1) x
+        ), d AS (
             DELETE FROM queen.log_timers AS t
-             WHERE t.ctid = ANY (ARRAY(
-                   SELECT x.tid
-                     FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) AS u(k, s, tok)
-                    CROSS JOIN LATERAL (
-                          SELECT t2.ctid AS tid
-                            FROM queen.log_timers t2
-                           WHERE t2.tenant_id = p_seg_tenants[u.s]
-                             AND t2.queue = p_seg_queues[u.s]
-                             AND t2.timer_key = u.k
-                             AND t2.claim_token = u.tok
-                             AND t2.claimed_until > p_now
-                             AND t2.partition = p_seg_partitions[u.s]
-                           LIMIT 1) x))
+             USING f
+             WHERE t.ctid = f.tid
+               AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition, f.tok, f.part, p_now)
             RETURNING 1)
         SELECT count(*) INTO v_deleted FROM d;
         PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);

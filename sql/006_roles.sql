@@ -132,10 +132,13 @@ DECLARE
     c_grants constant text[] := ARRAY[
         ['queen_sweeper', 'queen.log_timers_due_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.log_timers_claim_v1(int2[], timestamptz, int, int, int)'],
+        ['queen_sweeper', 'queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid)'],
         ['queen_sweeper', 'queen.log_timers_fire_v1(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean)'],
         ['queen_sweeper', 'queen.log_timers_fail_v1(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
+        ['queen_sweeper', 'queen.log_timers_fail_v2(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_dlq_v1(uuid[], text[], text[], timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_release_v1(uuid[], text[], text[], uuid[])'],
+        ['queen_sweeper', 'queen.log_timers_release_claims_v1(uuid[], timestamptz, timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_in_doubt_v1(int[], uuid[], text[], bytea[], int[], text[])'],
         ['queen_sweeper', 'queen.kv_expire_step_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.kv_usage_step_v1(int2[], timestamptz, int)'],

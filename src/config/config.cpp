@@ -43,7 +43,9 @@ Knob S(const char *k, std::string Config::*m) { return Knob{k, Kind::string, 0, 
 const std::vector<Knob> &knobs() {
     static const std::vector<Knob> k = {
         B("sweeper", &Config::sweeper),
-        I("sweeper_min_sleep_ms", &Config::sweeper_min_sleep_ms, 0, 3600000),
+        // Never 0: the design document calls a zero floor a busy wait holding a maintenance
+        // slot and a pooled connection, so it is refused like any other value out of range.
+        I("sweeper_min_sleep_ms", &Config::sweeper_min_sleep_ms, 1, 3600000),
         I("sweeper_max_sleep_ms", &Config::sweeper_max_sleep_ms, 1, 3600000),
         I("sweeper_idle_max_sleep_ms", &Config::sweeper_idle_max_sleep_ms, 1, kDay),
         I("sweeper_idle_after_cycles", &Config::sweeper_idle_after_cycles, 0, 1000000),
@@ -55,6 +57,7 @@ const std::vector<Knob> &knobs() {
         I("sweeper_cycle_max_rows", &Config::sweeper_cycle_max_rows, 1, 10000000),
         I("sweeper_due_cap", &Config::sweeper_due_cap, 1, 10000000),
         I("sweeper_max_fire_bytes", &Config::sweeper_max_fire_bytes, 1024, int64_t(1) << 30),
+        I("sweeper_claim_max_bytes", &Config::sweeper_claim_max_bytes, 65536, int64_t(1) << 30),
         I("sweeper_max_attempts", &Config::sweeper_max_attempts, 1, 1000),
         I("sweeper_parallelism", &Config::sweeper_parallelism, 1, 8),
         B("sweeper_isolate_on_permanent", &Config::sweeper_isolate_on_permanent),

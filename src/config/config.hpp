@@ -24,6 +24,10 @@ struct Config {
     int64_t sweeper_cycle_max_rows = 5000;
     int64_t sweeper_due_cap = 2000;
     int64_t sweeper_max_fire_bytes = 8 * 1024 * 1024;
+    // Payload bytes one claim may carry (counted by the server as it chooses rows; the first
+    // row always goes): a claim is bounded in bytes as well as rows, so the sweeper's memory
+    // is bounded whatever the payload sizes.
+    int64_t sweeper_claim_max_bytes = 8 * 1024 * 1024;
     int64_t sweeper_max_attempts = 5;
     int64_t sweeper_parallelism = 1;
     bool sweeper_isolate_on_permanent = true;

@@ -471,6 +471,13 @@ std::string Stats::to_prometheus() {
             .sample(fo.parked_claims);
         m.family("failover_handed_back_total", "counter", "Claims of lost calls handed back after reconnecting.")
             .sample(fo.handed_back_total);
+        m.family("failover_lost_claims_total", "counter", "Claim calls sent whose answer was lost.")
+            .sample(fo.lost_claims_total);
+        m.family("failover_lost_claims_pending", "gauge", "Lost claims not handed back yet (remembered by id).")
+            .sample(fo.lost_claims_pending);
+        m.family("failover_lost_claims_handed_back_total", "counter",
+                 "Timers of lost claims handed back by claim id after reconnecting.")
+            .sample(fo.lost_claims_handed_back_total);
         m.family("failover_in_doubt_fires_total", "counter", "Fire calls sent whose answer was lost.")
             .sample(fo.in_doubt_fires_total);
         m.family("failover_in_doubt_fired_total", "counter", "In-doubt fires found committed in the log.")

@@ -90,6 +90,9 @@ struct FailoverFigures {
     int64_t in_doubt_pending = 0;        // ... not resolved yet
     int64_t in_doubt_unknown_total = 0;  // ... could not be checked (no table privileges): not announced
     int64_t in_doubt_timers_announced_total = 0;
+    int64_t lost_claims_total = 0;              // claim calls sent whose answer was lost
+    int64_t lost_claims_pending = 0;            // ... not handed back yet (remembered by id)
+    int64_t lost_claims_handed_back_total = 0;  // timers of those handed back after reconnecting
 
     nlohmann::json to_json() const {
         return {{"lost_total", lost_total},
@@ -106,6 +109,9 @@ struct FailoverFigures {
                 {"read_only_total", read_only_total},
                 {"parked_claims", parked_claims},
                 {"handed_back_total", handed_back_total},
+                {"lost_claims", {{"total", lost_claims_total},
+                                 {"pending", lost_claims_pending},
+                                 {"handed_back_total", lost_claims_handed_back_total}}},
                 {"in_doubt", {{"fires_total", in_doubt_fires_total},
                               {"fired_total", in_doubt_fired_total},
                               {"not_fired_total", in_doubt_not_fired_total},

@@ -39,7 +39,7 @@ Task<void> Sweeper::run() {
 
 // The schema version this library's sql/ records (sql/007_version.sql). An embedded
 // schema without queen.schema_version_v1 is unversioned: no check is possible.
-constexpr int64_t kSchemaVersion = 4;
+constexpr int64_t kSchemaVersion = 5;
 
 static bool embedded_schema_versioned() {
     return std::string_view(kSchemaSql).find("schema_version_v1") != std::string_view::npos;

@@ -5,6 +5,12 @@
 // batch, packs it outside any transaction and fires it, with at most one more
 // claim in flight meanwhile (drain_worker), and all of them stop claiming once the
 // pass has spent half the lease or the cycle's row budget.
+#include <sys/random.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
 #include "codec/codec.hpp"
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
@@ -32,6 +38,38 @@ bool never_sent(const PgResult &r) {
     return r.message.rfind("database unavailable", 0) == 0 || r.message.rfind("sweeper is stopping", 0) == 0;
 }
 
+// A random (version 4) uuid, the id a claim is sent with. From the kernel's generator: ids
+// of different brokers and processes must never meet, and a claim's id is what its rows'
+// claim_token is. Falls back to a per-process generator only if getrandom(2) fails.
+std::string new_claim_id() {
+    uint8_t b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        const ssize_t n = getrandom(b + got, sizeof b - got, 0);
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+    }
+    if (got < sizeof b) {
+        static thread_local std::mt19937_64 gen{std::random_device{}() ^
+                                                static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+        for (size_t i = 0; i < sizeof b; i += 8) {
+            const uint64_t v = gen();
+            std::memcpy(b + i, &v, 8);
+        }
+    }
+    b[6] = static_cast<uint8_t>((b[6] & 0x0f) | 0x40);
+    b[8] = static_cast<uint8_t>((b[8] & 0x3f) | 0x80);
+    static const char *hex = "0123456789abcdef";
+    std::string out;
+    out.reserve(36);
+    for (int i = 0; i < 16; ++i) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+        out += hex[b[i] >> 4];
+        out += hex[b[i] & 15];
+    }
+    return out;
+}
+
 }  // namespace
 
 Task<Sweeper::DrainResult> Sweeper::drain(std::vector<int16_t> shards, int64_t row_budget) {
@@ -57,15 +95,20 @@ Task<Sweeper::DrainResult> Sweeper::drain(std::vector<int16_t> shards, int64_t r
 Task<void> Sweeper::claim_rows(const std::vector<int16_t> &shards, int64_t want, ClaimCall &out) {
     out.want = want;
     out.started = uv_now(&loop_);
+    // The claim's id is its rows' token: if the answer is lost, the sweeper can still name
+    // what it holds (lost_claims_) and hand it back once connected again.
+    out.id = new_claim_id();
     Query q;
     q.sql = "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, "
             "payload_zstd, encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts "
-            "FROM queen.log_timers_claim_v1($1::int2[], now(), $2::int, $3::int, $4::int)";
+            "FROM queen.log_timers_claim_v2($1::int2[], now(), $2::int, $3::int, $4::int, $5::bigint, $6::uuid)";
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_lease_ms)),
-                text_param(std::to_string(want)), text_param(std::to_string(cfg_.sweeper_fire_rate_per_tenant))};
+                text_param(std::to_string(want)), text_param(std::to_string(cfg_.sweeper_fire_rate_per_tenant)),
+                text_param(std::to_string(cfg_.sweeper_claim_max_bytes)), text_param(out.id)};
     q.timeout_ms = cfg_.stmt_timeout_ms;
     PgResult r = co_await pool_->query(Lane::maint, std::move(q));
     if (!r.ok) {
+        if (no_answer(r) && !never_sent(r) && !read_only(r)) remember_lost_claim(out);
         out.error = std::move(r);
         co_return;
     }
@@ -540,7 +583,9 @@ Task<void> Sweeper::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector
         tokens.push_back(rows[idx].claim_token);
     }
     Query q;
-    q.sql = "SELECT queen.log_timers_fail_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5, $6, now(), "
+    // Exhaustion and the move to the DLQ are one decision, in one transaction: a host that
+    // reschedules the timer meanwhile is never told "rescheduled" about a dead-lettered one.
+    q.sql = "SELECT queen.log_timers_fail_v2($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5, $6, now(), "
             "$7::int, $8::int, $9::int, $10::int)::text";
     q.params = {text_param(pg_text_array(tenants)),
                 text_param(pg_text_array(queues)),
@@ -572,25 +617,8 @@ Task<void> Sweeper::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector
         std::lock_guard<std::mutex> g(stats_.mu);
         stats_.f.released_total += j.value("released", int64_t(0));
     }
-    const auto &ex = j["exhausted"];
-    if (!ex.is_array() || ex.empty()) co_return;
-    std::vector<std::string> et, eq, ek;
-    for (const auto &e : ex) {
-        et.push_back(e.value("tenant", ""));
-        eq.push_back(e.value("queue", ""));
-        ek.push_back(e.value("key", ""));
-    }
-    Query d;
-    d.sql = "SELECT queen.log_timers_dlq_v1($1::uuid[], $2::text[], $3::text[], now())::text";
-    d.params = {text_param(pg_text_array(et)), text_param(pg_text_array(eq)), text_param(pg_text_array(ek))};
-    d.timeout_ms = cfg_.stmt_timeout_ms;
-    PgResult dr = co_await pool_->query(Lane::maint, std::move(d));
-    if (!dr.ok) {
-        note_error("dlq", dr);
-        co_return;
-    }
-    nlohmann::json dj = nlohmann::json::parse(dr.get(0, 0), nullptr, false);
-    const int64_t moved = dj.is_discarded() ? 0 : dj.value("moved", int64_t(0));
+    const int64_t moved = j.value("moved", int64_t(0));
+    if (moved <= 0) co_return;
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         stats_.f.dlq_total += moved;
@@ -733,6 +761,69 @@ void Sweeper::park(std::vector<ClaimedTimer> &rows, const FireBatch &batch, cons
     }
 }
 
+void Sweeper::remember_lost_claim(const ClaimCall &c) {
+    if (server_now_got_mono_ == 0) return;  // no probe answered yet: no clock to place it on
+    // The claim's now() was taken on the server between its send and now (the loss). On the
+    // server's clock, as the last probe relates it to the loop's: S(m) lies within
+    // [probe_now + m - probe_got, probe_now + m - probe_sent]. Two seconds more each side
+    // for the clocks' drift since. Every row of the claim sits at visible_at = now() + lease.
+    constexpr int64_t kSlackMs = 2000;
+    const uint64_t lost = uv_now(&loop_);
+    const int64_t lo = server_now_unix_ms_ + static_cast<int64_t>(c.started) - static_cast<int64_t>(server_now_got_mono_);
+    const int64_t hi = server_now_unix_ms_ + static_cast<int64_t>(lost) - static_cast<int64_t>(server_now_sent_mono_);
+    LostClaim lc;
+    lc.id = c.id;
+    lc.lease_from_unix_ms = lo - kSlackMs + cfg_.sweeper_lease_ms;
+    lc.lease_to_unix_ms = hi + kSlackMs + cfg_.sweeper_lease_ms;
+    lc.forget_at_mono = lost + static_cast<uint64_t>(cfg_.sweeper_lease_ms + kSlackMs);
+    // Bounded: a loss leaves at most one claim per worker and one ahead; the oldest go first.
+    constexpr size_t kMaxRemembered = 64;
+    if (lost_claims_.size() >= kMaxRemembered) lost_claims_.erase(lost_claims_.begin());
+    lost_claims_.push_back(std::move(lc));
+    std::lock_guard<std::mutex> g(stats_.mu);
+    ++stats_.f.failover.lost_claims_total;
+    stats_.f.failover.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
+}
+
+// Claims whose answer was lost, handed back by id as soon as the server answers again, so
+// their rows are due at once instead of after the lease (and whichever broker claims them
+// next fires them). A claim that never committed has no rows; one past its lease is
+// forgotten (its rows are anyone's again).
+Task<void> Sweeper::hand_back_lost_claims() {
+    const uint64_t now = uv_now(&loop_);
+    std::erase_if(lost_claims_, [now](const LostClaim &lc) { return now >= lc.forget_at_mono; });
+    while (!lost_claims_.empty() && !stopping_.load()) {
+        const LostClaim &lc = lost_claims_.front();
+        Query q;
+        q.sql = "SELECT queen.log_timers_release_claims_v1(ARRAY[$1::uuid], "
+                "to_timestamp($2::double precision / 1000), to_timestamp($3::double precision / 1000))";
+        q.params = {text_param(lc.id), text_param(std::to_string(lc.lease_from_unix_ms)),
+                    text_param(std::to_string(lc.lease_to_unix_ms))};
+        q.timeout_ms = cfg_.stmt_timeout_ms;
+        PgResult r = co_await pool_->query(Lane::maint, std::move(q));
+        int64_t released = 0;
+        if (!r.ok || r.rows() != 1 || !parse_i64(r.get(0, 0), released)) {
+            if (r.ok) r.message = "the hand-back of a lost claim answered unreadably";
+            note_error("hand-back of a lost claim", r);
+            co_return;  // kept: the next cycle tries again
+        }
+        lost_claims_.erase(lost_claims_.begin());
+        {
+            std::lock_guard<std::mutex> g(stats_.mu);
+            auto &fo = stats_.f.failover;
+            fo.lost_claims_handed_back_total += released;
+            fo.handed_back_total += released;
+            fo.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
+            stats_.f.released_total += released;
+        }
+        if (released > 0)
+            log_.info("handed back " + std::to_string(released) +
+                      " timer(s) of a claim whose answer the lost connection took, instead of waiting out the lease");
+    }
+    std::lock_guard<std::mutex> g(stats_.mu);
+    stats_.f.failover.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
+}
+
 Task<bool> Sweeper::identify_server() {
     // Which server answers now. Behind a bouncer this is still the PostgreSQL server, so
     // the stats name the host that failed and the one that took over.
@@ -791,6 +882,7 @@ Task<void> Sweeper::recover_after_loss() {
     }
     if (!pool_->up()) co_return;
     if (identify_pending_ && !co_await identify_server()) co_return;
+    if (!lost_claims_.empty()) co_await hand_back_lost_claims();
     if (parked_.empty()) co_return;
 
     // One statement looks at every parked segment: are its timers still in the table

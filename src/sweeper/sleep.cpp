@@ -50,4 +50,15 @@ int64_t compute_sleep_ms(const SleepBands &b, const SleepInput &in) {
     return std::max<int64_t>(ms, 1);
 }
 
+int64_t wake_rearm_ms(int64_t hint_unix_ms, int64_t wall_now_ms, int64_t remaining_ms, int64_t ceiling_ms) {
+    // In saturating steps: both instants come from outside (a host's hint, the wall clock).
+    int64_t until_hint;
+    if (hint_unix_ms <= wall_now_ms) until_hint = 0;
+    else if (wall_now_ms < 0 && hint_unix_ms > std::numeric_limits<int64_t>::max() + wall_now_ms)
+        until_hint = std::numeric_limits<int64_t>::max();
+    else until_hint = hint_unix_ms - wall_now_ms;
+    const int64_t ms = std::min({until_hint, std::max<int64_t>(remaining_ms, 0), std::max<int64_t>(ceiling_ms, 0)});
+    return std::max<int64_t>(ms, 0);
+}
+
 }  // namespace qsw

@@ -35,4 +35,12 @@ struct SleepInput {
 // cycles, then doubling, saturating, capped at idle_max_sleep_ms.
 int64_t compute_sleep_ms(const SleepBands &bands, const SleepInput &in);
 
+// A wake during a sleep: how long the sleep lasts from now. Until the hinted instant
+// (hint_unix_ms - wall_now_ms, on the wall clock the host's instants are on), but never
+// past what is left of the sleep already scheduled (remaining_ms, on the monotonic clock)
+// and never longer than ceiling_ms (sweeper_max_sleep_ms: a wake means timers exist). A
+// wall clock stepped back during the sleep makes the hint look far away; without the two
+// bounds one wake would park the loop for as long as the step. Never negative.
+int64_t wake_rearm_ms(int64_t hint_unix_ms, int64_t wall_now_ms, int64_t remaining_ms, int64_t ceiling_ms);
+
 }  // namespace qsw

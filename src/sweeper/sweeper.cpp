@@ -2,6 +2,7 @@
 // lives in cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp.
 #include "sweeper/sweeper.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -358,9 +359,14 @@ void Sweeper::on_wake_signal() {
     if (!sleeper_) return;  // mid-cycle: the sleep that follows reads the hint itself
     const int64_t hint = wake_hint_.load();
     if (hint >= sleep_deadline_unix_ms_) return;  // the loop already looks by then
-    const int64_t in = std::max<int64_t>(sat_sub(hint, wall_now_ms()), 0);
+    // Bounded by the sleep already promised (monotonic) and by the ceiling: a wall clock
+    // stepped back makes the hint look far away, and must not make this sleep longer.
+    const uint64_t mono = uv_now(&loop_);
+    const int64_t left = sleep_deadline_mono_ > mono ? static_cast<int64_t>(sleep_deadline_mono_ - mono) : 0;
+    const int64_t in = wake_rearm_ms(hint, wall_now_ms(), left, cfg_.sweeper_max_sleep_ms);
     woken_ = true;
     sleep_deadline_unix_ms_ = hint;
+    sleep_deadline_mono_ = mono + static_cast<uint64_t>(in);
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         ++stats_.f.wake_cut_sleeps_total;
@@ -399,11 +405,13 @@ Task<void> Sweeper::sleep_for(int64_t ms) {
         deadline = std::max(hint, wall_now_ms());
     }
     sleep_deadline_unix_ms_ = deadline;
+    const int64_t in = std::clamp<int64_t>(sat_sub(deadline, wall_now_ms()), 0, std::max<int64_t>(ms, 0));
+    sleep_deadline_mono_ = uv_now(&loop_) + static_cast<uint64_t>(in);
     uv_timer_start(&sleep_timer_, [](uv_timer_t *t) {
         auto *s = static_cast<Sweeper *>(t->data);
         auto h = std::exchange(s->sleeper_, nullptr);
         if (h) h.resume();
-    }, static_cast<uint64_t>(std::max<int64_t>(deadline - wall_now_ms(), 0)), 0);
+    }, static_cast<uint64_t>(in), 0);
     co_await SleepAwaiter{this, &sleeper_};
     sleep_deadline_unix_ms_ = 0;
 }

@@ -96,6 +96,7 @@ private:
     };
     Task<DrainResult> drain(std::vector<int16_t> shards, int64_t row_budget);
     struct ClaimCall {
+        std::string id;        // the claim id sent (its rows' claim_token)
         int64_t want = 0;
         bool whole = false;    // asked for a whole batch (not the rest of a budget)
         uint64_t started = 0;  // loop clock when the claim was sent
@@ -132,6 +133,16 @@ private:
     void park(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const std::vector<size_t> *only,
               bool in_doubt);
     void note_lost(const char *phase, const PgResult &r);
+    // A claim sent whose answer was lost: it may have committed, its rows then held under
+    // its id until the lease ends. Named by id and by the window its lease ends in (server
+    // clock, from the probe's now), so it can be handed back once connected again.
+    struct LostClaim {
+        std::string id;
+        int64_t lease_from_unix_ms = 0, lease_to_unix_ms = 0;
+        uint64_t forget_at_mono = 0;  // past its lease: its rows are anyone's again
+    };
+    void remember_lost_claim(const ClaimCall &c);
+    Task<void> hand_back_lost_claims();
     Task<void> recover_after_loss();
     Task<bool> identify_server();
     Task<void> release_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected);
@@ -199,6 +210,7 @@ private:
     // Loop-thread state.
     std::coroutine_handle<> sleeper_;
     int64_t sleep_deadline_unix_ms_ = 0;
+    uint64_t sleep_deadline_mono_ = 0;  // the same deadline on the loop's monotonic clock
     bool woken_ = false;
     int start_shard_ = 0;
     int64_t cycle_no_ = 0;
@@ -224,6 +236,11 @@ private:
     // Claims this sweeper holds: (tenant, queue, key) -> token. Released at a graceful stop.
     std::map<std::tuple<std::string, std::string, std::string>, std::string> held_;
     std::vector<ParkedFire> parked_;
+    std::vector<LostClaim> lost_claims_;
+    // The server's clock against the loop's: now() of the last probe, and the loop clock
+    // when it was sent and answered. A claim's now() lies between its send and its loss.
+    int64_t server_now_unix_ms_ = 0;
+    uint64_t server_now_sent_mono_ = 0, server_now_got_mono_ = 0;
     int64_t seen_disconnects_ = 0;
     bool identify_pending_ = true;   // learn the server's host:port on the next cycle
     bool awaiting_resume_ = false;   // a loss was seen and no fire has committed since

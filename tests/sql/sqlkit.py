@@ -156,6 +156,25 @@ class Queen:
              [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
              now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
 
+    def fail2(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
+              backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
+        return self.one(
+            "SELECT queen.log_timers_fail_v2(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
+            " %s, %s, %s, %s, %s, %s, %s)",
+            ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
+             [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
+             now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
+
+    def claim2(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None,
+               max_bytes=None, claim_id=None):
+        return self.all("SELECT * FROM queen.log_timers_claim_v2(%s::int2[], %s, %s, %s, %s, %s, %s::uuid)",
+                        (shards, now, lease_ms, max_rows, per_tenant, max_bytes,
+                         None if claim_id is None else str(claim_id)))
+
+    def release_claims(self, claim_ids, lease_from, lease_to):
+        return self.one("SELECT queen.log_timers_release_claims_v1(%s::uuid[], %s, %s)",
+                        ([str(c) for c in claim_ids], lease_from, lease_to))
+
     def release(self, rows):
         return self.one(
             "SELECT queen.log_timers_release_v1(%s::uuid[], %s::text[], %s::text[], %s::uuid[])",

@@ -93,12 +93,14 @@ def test_exhausted_rows_are_reported_then_moved_to_the_dlq(q):
 ])
 def test_dlq_payload_shapes(q, payload, extra, expected):
     sched(q, ["a"], payload=payload, **extra)
+    q.exec("UPDATE queen.log_timers SET attempts = 1")     # only a timer that failed is moved
     assert q.dlq([{"tenant": T1, "queue": "q", "key": "a"}]) == {"moved": 1}
     assert q.one("SELECT payload FROM queen.log_dlq") == expected
 
 
 def test_dlq_leaves_rows_in_somebodys_hands_and_locked_rows(q, connections):
     sched(q, ["held", "locked", "free"])
+    q.exec("UPDATE queen.log_timers SET attempts = 1")     # only a timer that failed is moved
     q.claim(max_rows=1)                                    # one of them is in hands
     held = q.one("SELECT timer_key FROM queen.log_timers WHERE claim_token IS NOT NULL")
     others = [k for k in ("held", "locked", "free") if k != held]

@@ -295,16 +295,30 @@ TEST(ConfigHostile, NumbersOutOfRangeAreNamedAsWritten) {
 TEST(ConfigHostile, IntegralDoublesAndNegativeZeroAreTheirIntegers) {
     Config c;
     std::string err;
-    ASSERT_TRUE(parse_config("{\"read_env\": false, \"pool_size\": 8.0, \"sweeper_min_sleep_ms\": -0,"
+    ASSERT_TRUE(parse_config("{\"read_env\": false, \"pool_size\": 8.0, \"sweeper_empty_claim_min_ms\": -0,"
                              " \"sweeper_idle_after_cycles\": -0.0, \"sweeper_claim_batch\": 1e3}",
                              c, err))
         << err;
     EXPECT_EQ(c.pool_size, 8);
-    EXPECT_EQ(c.sweeper_min_sleep_ms, 0);
+    EXPECT_EQ(c.sweeper_empty_claim_min_ms, 0);
     EXPECT_EQ(c.sweeper_idle_after_cycles, 0);
     EXPECT_EQ(c.sweeper_claim_batch, 1000);
     auto e = refused("{\"pool_size\": -0.0}");
     EXPECT_TRUE(has(e, "config key 'pool_size': -0.0 is out of range [1, 64]")) << e;
+}
+
+// The design document: a zero floor would be a busy wait holding a maintenance slot and a
+// pooled connection. Refused, naming the key, from JSON and from the environment alike.
+TEST(ConfigHostile, AZeroSleepFloorIsRefused) {
+    auto e = refused("{\"sweeper_min_sleep_ms\": 0}");
+    EXPECT_TRUE(has(e, "config key 'sweeper_min_sleep_ms': 0 is out of range [1, 3600000]")) << e;
+    EnvGuard g("QUEEN_SWEEPER_MIN_SLEEP_MS", "0");
+    e = refused("{}");
+    EXPECT_TRUE(has(e, "environment QUEEN_SWEEPER_MIN_SLEEP_MS: '0' is out of range [1, 3600000]")) << e;
+    Config c;
+    std::string err;
+    ASSERT_TRUE(parse_config("{\"read_env\": false, \"sweeper_min_sleep_ms\": 1}", c, err)) << err;
+    EXPECT_EQ(c.sweeper_min_sleep_ms, 1);
 }
 
 TEST(ConfigHostile, BooleansTakeTheNumbersTheMessageLists) {

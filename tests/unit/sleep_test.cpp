@@ -93,3 +93,41 @@ TEST(Sleep, IdleMaxBelowTheCeilingIsRaisedToIt) {
     b.idle_max_sleep_ms = 10;
     EXPECT_EQ(sleep_of(CycleOutcome::idle, 0, 100, 0, 0, b), 1000);
 }
+
+// A wake re-arms the sleep. The clocks are injected: the wall clock the hint is on, and
+// what is left of the scheduled sleep on the monotonic clock.
+TEST(WakeRearm, WaitsUntilTheHintWhenItIsInsideTheSleep) {
+    const int64_t wall = 1'800'000'000'000;
+    EXPECT_EQ(wake_rearm_ms(wall + 200, wall, 900, 1000), 200);
+    EXPECT_EQ(wake_rearm_ms(wall, wall, 900, 1000), 0);
+    EXPECT_EQ(wake_rearm_ms(wall - 5, wall, 900, 1000), 0);  // already due: at once
+}
+
+TEST(WakeRearm, AWallClockSteppedBackNeverLengthensTheSleep) {
+    // The sleep was scheduled for 900 ms more at wall W; the wall clock then steps back an
+    // hour, and a host rings a hint 100 ms after the old W: on the stepped clock it is an
+    // hour and 100 ms away. The sleep keeps its 900 ms.
+    const int64_t wall_before = 1'800'000'000'000;
+    const int64_t stepped = wall_before - 3'600'000;
+    EXPECT_EQ(wake_rearm_ms(wall_before + 100, stepped, 900, 1000), 900);
+    // The remaining sleep is the bound whatever the step, down to nothing left.
+    EXPECT_EQ(wake_rearm_ms(wall_before + 100, stepped, 0, 1000), 0);
+    EXPECT_EQ(wake_rearm_ms(wall_before + 100, stepped, -7, 1000), 0);
+}
+
+TEST(WakeRearm, NeverLongerThanTheCeilingWhileTimersExist) {
+    // An idle backoff of 30 s is being slept; a wake says a timer exists: at most the
+    // ceiling (sweeper_max_sleep_ms), even when the hint is further than that.
+    const int64_t wall = 1'800'000'000'000;
+    EXPECT_EQ(wake_rearm_ms(wall + 20'000, wall, 29'000, 1000), 1000);
+    EXPECT_EQ(wake_rearm_ms(wall + 999, wall, 29'000, 1000), 999);
+    EXPECT_EQ(wake_rearm_ms(wall + 20'000, wall, 29'000, 0), 0);
+}
+
+TEST(WakeRearm, ExtremeInstantsSaturate) {
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+    EXPECT_EQ(wake_rearm_ms(kMax, kMin, 500, 1000), 500);
+    EXPECT_EQ(wake_rearm_ms(kMin, kMax, 500, 1000), 0);
+    EXPECT_EQ(wake_rearm_ms(kMax, 0, kMax, kMax), kMax);
+}
