@@ -61,6 +61,9 @@ check() {
   done
   [ -f "$lib/cmake/QueenSweeper/QueenSweeperConfig.cmake" ] || fail "$label: CMake package not installed"
   [ -n "$(find "$prefix/share/queen-sweeper/sql" -name '*.sql')" ] || fail "$label: SQL files not installed"
+  for f in queen-sweeper.rules.yml grafana-dashboard.json; do
+    [ -f "$prefix/share/queen-sweeper/monitoring/$f" ] || fail "$label: share/queen-sweeper/monitoring/$f not installed"
+  done
 
   # pkg-config: only this tree's .pc files, and the paths they name must be the real ones.
   local pc_env=(env PKG_CONFIG_LIBDIR="$lib/pkgconfig" PKG_CONFIG_PATH=)
