@@ -28,7 +28,7 @@ case "$build" in /*) ;; *) build=$PWD/$build ;; esac
 work=$(mktemp -d /tmp/queen-deb.XXXXXX)
 pgdir=
 cleanup() {
-  [ -n "$pgdir" ] && "$src/tests/pg" stop "$pgdir"
+  if [ -n "$pgdir" ]; then "$src/tests/pg" stop "$pgdir"; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -61,7 +61,8 @@ runtime=$build/libqueen-sweeper1_${debver}_$arch.deb
 dev=$build/libqueen-sweeper-dev_${debver}_$arch.deb
 common=$build/queen-sweeper-common_${debver}_all.deb
 for deb in "$runtime" "$dev" "$common"; do [ -f "$deb" ] || fail "cpack made no $(basename "$deb")"; done
-[ "$(ls "$build"/*.deb | wc -l)" = 3 ] || fail "cpack made other packages: $(ls "$build"/*.deb)"
+debs=("$build"/*.deb)
+[ ${#debs[@]} = 3 ] || fail "cpack made other packages: ${debs[*]}"
 
 # A tree configured for another prefix refuses to make packages (they would not be Debian's).
 other=$work/other-prefix
@@ -77,7 +78,8 @@ field() { dpkg-deb -f "$1" "$2"; }
 contents() { dpkg-deb -c "$1" | awk '{print $6}' | sed 's|^\./||; s|/$||' | grep -v '^$'; }
 for deb in "$runtime" "$dev" "$common"; do
   [ "$(field "$deb" Version)" = "$debver" ] || fail "$(basename "$deb"): Version $(field "$deb" Version), not $debver"
-  [ -n "$(field "$deb" Maintainer)" ] && [ -n "$(field "$deb" Description)" ] || fail "$(basename "$deb"): no Maintainer or Description"
+  [ -n "$(field "$deb" Maintainer)" ] || fail "$(basename "$deb"): no Maintainer"
+  [ -n "$(field "$deb" Description)" ] || fail "$(basename "$deb"): no Description"
 done
 [ "$(field "$common" Architecture)" = all ] || fail "queen-sweeper-common is not Architecture: all"
 depends=$(field "$runtime" Depends)
