@@ -822,8 +822,20 @@ $fn$;
 -- 3. claim
 -- ---------------------------------------------------------------------------------------
 
+-- The seven-argument form of an unreleased build of version 5 is dropped once (a call
+-- would otherwise be ambiguous between it and this one).
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_claim_v2(smallint[], timestamp with time zone, integer, integer, '
+                       'integer, bigint, uuid)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid);
+    END IF;
+END
+$drop$;
+
 -- queen.log_timers_claim_v2(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
---                           max_bytes bigint, claim_id uuid)
+--                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
+--                           skip_queues text[], skip_partitions text[])
 --   -> table(tenant_id uuid, queue text, timer_key text, partition text, txn text,
 --            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
 --            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
@@ -844,6 +856,12 @@ $fn$;
 -- measured): the first row is always taken, every later one only while the running sum
 -- of payload bytes stays within max_bytes (null or < 1: no byte budget). So a claim is
 -- bounded in bytes as well as rows, and its memory in the caller with it.
+-- skip_*: (tenant, queue, partition) triples, element by element, whose rows are left
+-- alone (null or empty: none). The caller names the partitions someone else holds right
+-- now (a push, another broker's fire), whose claimed rows it is already keeping to fire
+-- them later: claiming more of them would only add rows it cannot fire yet, and the rows
+-- of every other partition come first instead. The walk passes over such rows (a filter,
+-- not an order), so a held partition costs its own due rows, never the others' turn.
 -- Concurrent claimers do not queue on the index head: a row another claim holds is
 -- skipped (SKIP LOCKED), and a row another claim has committed has moved to
 -- visible_at = its lease end, out of the walk.
@@ -854,7 +872,7 @@ $fn$;
 -- be unique (a random v4 uuid): it is what the fire and the release match.
 -- Rows come back in their pre-claim visible_at order; late_ms = now - deliver_at.
 -- Returns nothing when timers_fire_enabled is false or maintenance_mode is true.
--- Refused with 22023: null now, lease_ms < 1.
+-- Refused with 22023: null now, lease_ms < 1, skip arrays of different lengths.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); pool rows that
 -- are not chosen stay locked until the caller's transaction ends (one statement in the
 -- sweeper's call).
@@ -865,7 +883,8 @@ $fn$;
 -- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v2(
     p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
-    p_max_bytes bigint, p_claim_id uuid)
+    p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
+    p_skip_partitions text[])
 RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
                message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
                producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
@@ -880,6 +899,7 @@ DECLARE
     v_pool_cap int;
     v_all      boolean;
     v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
+    v_skip     boolean := coalesce(cardinality(p_skip_partitions), 0) > 0;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_claim_v2: now must not be null' USING ERRCODE = '22023';
@@ -903,6 +923,12 @@ BEGIN
                              ELSE 2::bigint * p_max_rows END, 2147483647)::int;
     v_all := p_shards IS NULL
              OR (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s WHERE s BETWEEN 0 AND 63) = 64;
+    IF v_skip AND (coalesce(cardinality(p_skip_tenants), 0) <> cardinality(p_skip_partitions)
+                   OR coalesce(cardinality(p_skip_queues), 0) <> cardinality(p_skip_partitions)) THEN
+        RAISE EXCEPTION 'log_timers_claim_v2: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
+            coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
+            cardinality(p_skip_partitions) USING ERRCODE = '22023';
+    END IF;
 
     RETURN QUERY
     WITH pool AS MATERIALIZED (
@@ -912,6 +938,9 @@ BEGIN
          WHERE t.visible_at <= p_now
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
            AND (v_all OR t.shard = ANY (p_shards))
+           AND (NOT v_skip OR NOT EXISTS (
+                   SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
+                    WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
          ORDER BY t.visible_at
          LIMIT v_pool_cap
            FOR UPDATE SKIP LOCKED
@@ -969,7 +998,8 @@ LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET enable_seqscan = off
 AS $fn$
-    SELECT * FROM queen.log_timers_claim_v2(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant, NULL, NULL)
+    SELECT * FROM queen.log_timers_claim_v2(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant, NULL, NULL,
+                                            NULL, NULL, NULL)
 $fn$;
 
 

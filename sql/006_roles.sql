@@ -132,7 +132,7 @@ DECLARE
     c_grants constant text[] := ARRAY[
         ['queen_sweeper', 'queen.log_timers_due_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.log_timers_claim_v1(int2[], timestamptz, int, int, int)'],
-        ['queen_sweeper', 'queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid)'],
+        ['queen_sweeper', 'queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid, uuid[], text[], text[])'],
         ['queen_sweeper', 'queen.log_timers_fire_v1(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean)'],
         ['queen_sweeper', 'queen.log_timers_fail_v1(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_fail_v2(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],

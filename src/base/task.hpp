@@ -6,6 +6,8 @@
 #include <coroutine>
 #include <exception>
 #include <functional>
+#include <new>
+#include <string>
 #include <optional>
 #include <utility>
 
@@ -58,6 +60,9 @@ public:
         if (h_.promise().error) std::rethrow_exception(h_.promise().error);
         return std::move(*h_.promise().value);
     }
+    // After completion: what it threw, or its value (settle() below reads them).
+    std::exception_ptr error() const { return h_.promise().error; }
+    T take() { return std::move(*h_.promise().value); }
 
 private:
     explicit Task(std::coroutine_handle<promise_type> h) : h_(h) {}
@@ -89,11 +94,54 @@ public:
     void await_resume() {
         if (h_.promise().error) std::rethrow_exception(h_.promise().error);
     }
+    std::exception_ptr error() const { return h_.promise().error; }
 
 private:
     explicit Task(std::coroutine_handle<promise_type> h) : h_(h) {}
     std::coroutine_handle<promise_type> h_;
 };
+
+// Awaits a task and hands back what it threw as a value instead of rethrowing it, so a
+// phase contains its own failures as results: `co_await settle(t)` -> Settled<T>.
+// (Never write `a && co_await f()`: gcc 12 destroys the awaited frame of a co_await in a
+// short-circuit operand without running it; await into a variable first.)
+template <class T> struct Settled {
+    std::optional<T> value;
+    std::exception_ptr error;
+};
+template <class T> struct SettleAwaiter {
+    Task<T> task;
+    bool await_ready() const noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) noexcept { return task.await_suspend(c); }
+    Settled<T> await_resume() {
+        Settled<T> s;
+        s.error = task.error();
+        if (!s.error) s.value.emplace(task.take());
+        return s;
+    }
+};
+template <class T> SettleAwaiter<T> settle(Task<T> t) { return SettleAwaiter<T>{std::move(t)}; }
+struct SettleVoidAwaiter {
+    Task<void> task;
+    bool await_ready() const noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) noexcept { return task.await_suspend(c); }
+    std::exception_ptr await_resume() { return task.error(); }
+};
+inline SettleVoidAwaiter settle(Task<void> t) { return SettleVoidAwaiter{std::move(t)}; }
+
+// What an exception says, for a log line and last_error (never throws).
+inline std::string describe(std::exception_ptr e) {
+    if (!e) return "no error";
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::bad_alloc &) {
+        return "out of memory";
+    } catch (const std::exception &x) {
+        return x.what();
+    } catch (...) {
+        return "unknown internal error";
+    }
+}
 
 // Runs a task to completion without an awaiter and calls `done` afterwards
 // (with the exception, if it threw). The coroutine frame frees itself.

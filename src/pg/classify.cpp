@@ -16,6 +16,33 @@ ErrorClass classify_sqlstate(std::string_view s) {
     return ErrorClass::permanent;
 }
 
+ErrorClass classify(const PgResult &r) {
+    if (r.origin == Origin::internal) return ErrorClass::permanent;
+    return classify_sqlstate(r.sqlstate);
+}
+
+bool is_read_only(const PgResult &r) { return !r.ok && r.sqlstate == "25006"; }
+
+bool is_answer_lost(const PgResult &r) {
+    if (r.ok || r.origin == Origin::internal) return false;
+    if (r.origin == Origin::transport || r.origin == Origin::refused) return true;
+    const std::string &s = r.sqlstate;
+    return s.empty() || is_read_only(r) || s.rfind("08", 0) == 0 || s == "57P01" || s == "57P02" || s == "57P03";
+}
+
+bool is_lock_timeout(const PgResult &r) { return !r.ok && r.sqlstate == "55P03"; }
+
+bool is_privilege_denied(const PgResult &r) { return !r.ok && r.sqlstate == "42501"; }
+
+bool is_schema_absent(const PgResult &r) {
+    return !r.ok && (r.sqlstate == "42883" || r.sqlstate == "3F000" || r.sqlstate == "42P01");
+}
+
+bool is_apply_race(const PgResult &r) {
+    const std::string &s = r.sqlstate;
+    return !r.ok && (s == "23505" || s == "42P07" || s == "42710" || s == "XX000" || s == "40P01");
+}
+
 const char *error_class_name(ErrorClass c) {
     switch (c) {
     case ErrorClass::transient: return "transient";

@@ -276,11 +276,13 @@ void PgConn::run(Query q, QueryCallback cb) {
             formats[i] = q.params[i].binary ? 1 : 0;
             types[i] = q.params[i].type;
         }
-        const std::string pin = pin_sql();
+        std::string pin = pin_sql();
+        if (q.lock_timeout_ms > 0)
+            pin += ", pg_catalog.set_config('lock_timeout', '" + std::to_string(q.lock_timeout_ms) + "ms', true)";
         sent = PQenterPipelineMode(pg_) && PQsendQueryParams(pg_, kPinnedBegin, 0, nullptr, nullptr, nullptr, nullptr, 0) &&
                PQsendQueryParams(pg_, pin.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) &&
                PQsendQueryParams(pg_, q.sql.c_str(), static_cast<int>(q.params.size()), types.data(), values.data(),
-                                 lengths.data(), formats.data(), 0) &&
+                                 lengths.data(), formats.data(), q.binary_result ? 1 : 0) &&
                PQsendQueryParams(pg_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) && PQpipelineSync(pg_) &&
                // A Sync does not end an explicit transaction block: after a failure the
                // session would sit in an aborted transaction. A ROLLBACK after the Sync runs
@@ -395,6 +397,7 @@ void PgConn::drive_query(int events) {
         PgResult r = std::move(pending_);
         if (r.message.empty()) r.message = trim_msg(PQerrorMessage(pg_));
         r.ok = false;
+        if (r.sqlstate.empty()) r.origin = Origin::transport;
         auto cb = std::move(cb_);
         cb_ = nullptr;
         broken(r.message, false);
@@ -484,6 +487,7 @@ void PgConn::broken(const std::string &raw_why, bool cancel_on_server) {
         PgResult r;
         r.ok = false;
         r.message = why;
+        r.origin = Origin::transport;
         cb(std::move(r));
     }
     if (!closing && state_ == State::down && hooks_.on_broken) hooks_.on_broken(*this, why, while_connecting);
@@ -501,6 +505,7 @@ void PgConn::close(const std::string &why) {
         PgResult r;
         r.ok = false;
         r.message = why;
+        r.origin = Origin::transport;
         cb(std::move(r));
     }
     if (timer_) {

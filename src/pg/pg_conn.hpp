@@ -28,13 +28,25 @@ struct Query {
     std::vector<QueryParam> params;
     bool simple = false;      // several statements, no parameters (PQsendQuery)
     bool pinned = true;       // run inside BEGIN ... COMMIT with the session settings pinned
+    bool binary_result = false;  // the statement's columns in binary (a bytea not doubled into hex)
+    int64_t lock_timeout_ms = 0;  // > 0: this call's lock_timeout (pinned calls only), else 0 = none
     int64_t timeout_ms = 30000;
+};
+
+// Where a failed call's failure came from, recorded where it happened, so that no caller
+// reads it back out of a message's text (pg/classify.hpp reads it).
+enum class Origin {
+    answer,     // the server answered (ok, or an error with a SQLSTATE)
+    transport,  // sent, then no answer: the connection broke or the deadline passed
+    refused,    // never sent: no connection could serve it (database down, stopping)
+    internal,   // this library's own code failed around the call (an exception)
 };
 
 struct PgResult {
     bool ok = false;
     std::string sqlstate;  // empty when the failure was not the server's answer
     std::string message;
+    Origin origin = Origin::answer;
     std::shared_ptr<PGresult> res;
 
     int rows() const { return res ? PQntuples(res.get()) : 0; }

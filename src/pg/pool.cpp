@@ -56,6 +56,7 @@ static PgResult failure(const std::string &msg) {
     PgResult r;
     r.ok = false;
     r.message = msg;
+    r.origin = Origin::refused;  // never sent
     return r;
 }
 

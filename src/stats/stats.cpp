@@ -36,6 +36,7 @@ const char *error_kind_name(ErrorKind k) {
     case ErrorKind::config: return "config";
     case ErrorKind::permanent: return "permanent";
     case ErrorKind::provider: return "provider";
+    case ErrorKind::internal: return "internal";
     case ErrorKind::count: break;
     }
     return "permanent";
@@ -64,6 +65,11 @@ nlohmann::json Stats::to_json() {
     j["probes_total"] = x.probes_total;
     j["claims_total"] = x.claims_total;
     j["claimed_total"] = x.claimed_total;
+    j["claimed_bytes_total"] = x.claimed_bytes_total;
+    j["cycle_crashes_total"] = x.cycle_crashes_total;
+    j["late_handed_back_total"] = x.late_handed_back_total;
+    j["busy_kept_segments"] = x.busy_kept_segments;
+    j["busy_retries_total"] = x.busy_retries_total;
     j["empty_claims_total"] = x.empty_claims_total;
     j["claim_batch"] = x.claim_batch;
     j["claims_ahead_total"] = x.claims_ahead_total;
@@ -265,7 +271,7 @@ std::string Stats::to_prometheus() {
     {
         auto fam = m.family("errors_total", "counter",
                             "Failed calls by phase (schema, fire, prune, rollup, backstop) and error class "
-                            "(transient, config, permanent, provider).");
+                            "(transient, config, permanent, provider, internal).");
         for (size_t p = 0; p < x.phase_errors.size(); ++p)
             for (size_t k = 0; k < x.phase_errors[p].size(); ++k) {
                 // A backstop failure is a provider status; a database phase never has one.
@@ -337,6 +343,17 @@ std::string Stats::to_prometheus() {
              "segments); for a second after one, claims wait for their fires.")
         .sample(x.contended_claims_total);
     m.family("claimed_total", "counter", "Timer rows claimed.").sample(x.claimed_total);
+    m.family("claimed_bytes_total", "counter", "Payload bytes the claims carried.").sample(x.claimed_bytes_total);
+    m.family("cycle_crashes_total", "counter", "Cycles ended by an internal error; the loop went on after a backoff.")
+        .sample(x.cycle_crashes_total);
+    m.family("late_handed_back_total", "counter",
+             "Claimed rows handed back because their claim's deadline inside the lease came first.")
+        .sample(x.late_handed_back_total);
+    m.family("busy_kept_segments", "gauge",
+             "Segments of partitions someone else holds, kept claimed to be tried again.")
+        .sample(x.busy_kept_segments);
+    m.family("busy_retries_total", "counter", "Tries of kept segments of held partitions.")
+        .sample(x.busy_retries_total);
     m.family("empty_claims_total", "counter", "Claims that took nothing while work was due.")
         .sample(x.empty_claims_total);
     m.family("fired_total", "counter", "Timers delivered into the log.").sample(x.fired_total);

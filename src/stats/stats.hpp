@@ -61,8 +61,9 @@ private:
 enum class ErrorPhase { schema, fire, prune, rollup, backstop, count };
 // schema, fire, prune, rollup, backstop
 const char *error_phase_name(ErrorPhase p);
-// The classifier's classes plus "provider" for a backstop provider's own status.
-enum class ErrorKind { transient, config, permanent, provider, count };
+// The classifier's classes, "provider" for a backstop provider's own status, and "internal"
+// for this library's own failures (an exception in a step, contained by the loop).
+enum class ErrorKind { transient, config, permanent, provider, internal, count };
 const char *error_kind_name(ErrorKind k);
 ErrorPhase error_phase_of(const std::string &step);  // "claim" -> fire, "KV prune" -> prune, ...
 
@@ -129,6 +130,11 @@ struct Figures {
     int64_t probes_total = 0;
     int64_t claims_total = 0;
     int64_t claimed_total = 0;
+    int64_t claimed_bytes_total = 0;      // payload bytes the claims carried
+    int64_t cycle_crashes_total = 0;      // cycles ended by an internal error (contained: the loop went on)
+    int64_t late_handed_back_total = 0;   // rows handed back because their claim's deadline came first
+    int64_t busy_kept_segments = 0;       // segments of partitions someone holds, kept to be tried again
+    int64_t busy_retries_total = 0;       // tries of kept segments
     int64_t empty_claims_total = 0;
     int64_t claim_batch = 0;           // rows the next claim asks for (grows while a backlog lasts)
     int64_t claims_ahead_total = 0;    // claims sent while the previous claim was being fired

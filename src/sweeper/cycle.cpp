@@ -10,6 +10,7 @@
 
 #include "pg/classify.hpp"
 #include "pg/schema.hpp"
+#include "sweeper/handback.hpp"
 #include "sweeper/ladder.hpp"
 #include "sweeper/sweeper.hpp"
 
@@ -28,7 +29,12 @@ Task<void> Sweeper::run() {
             std::lock_guard<std::mutex> g(stats_.mu);
             errors_at_cycle_start_ = stats_.f.cycle_errors_total;
         }
-        const int64_t sleep_ms = co_await cycle();
+        // A cycle's own error is contained: counted against the fire, last_error set, and
+        // the loop goes on after a backoff (the fire never switches itself off). The loop
+        // ends only when it cannot run at all (its own libuv failures, loop_failed).
+        if (g_test_fail_loop.exchange(false)) throw std::runtime_error("injected loop failure (test seam)");
+        Settled<int64_t> c = co_await settle(cycle());
+        const int64_t sleep_ms = c.error ? cycle_crashed(describe(c.error)) : *c.value;
         end_cycle_health();
         if (stopping_.load()) break;
         co_await sleep_for(sleep_ms);
@@ -204,7 +210,7 @@ Task<int64_t> Sweeper::cycle() {
 
     // After a lost connection: resolve its unanswered fires and hand its claims back
     // (drain.cpp) before anything else, so they do not wait out the lease.
-    co_await recover_after_loss();
+    co_await recovery_->run();
 
     // A. PROBE
     const ProbeResult pr = co_await probe(shards);
@@ -248,8 +254,8 @@ Task<int64_t> Sweeper::cycle() {
         ++stats_.f.fire_paused_cycles_total;
     } else if (pr.empty) {
         outcome = CycleOutcome::idle;
-    } else if (pr.due > 0 || pr.next_in_ms <= 0) {
-        DrainResult dr = co_await drain(shards, step.fire_row_budget);
+    } else if (pr.due > 0 || pr.next_in_ms <= 0 || drain_->kept_due()) {
+        Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
         capped = dr.capped;
         out_of_time = dr.out_of_time;
         if (dr.moved > 0) outcome = CycleOutcome::drained;
@@ -264,7 +270,7 @@ Task<int64_t> Sweeper::cycle() {
     const int64_t prev_pressure = pressure_;
     pressure_ = capped ? pressure_ + 1 : 0;
     slow_pressure_ = out_of_time ? slow_pressure_ + 1 : 0;
-    if (out_of_time) set_claim_batch(cfg_.sweeper_claim_batch);  // a slow database: back to the base batch
+    if (out_of_time) drain_->reset_batch();  // a slow database: back to the base batch
     if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
         log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
                  "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
@@ -286,7 +292,9 @@ Task<int64_t> Sweeper::cycle() {
     std::uniform_real_distribution<double> jitter(0.0, 1.0);
     // Only a slow database lengthens the sleep; a backlog goes again at the floor.
     SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), slow_pressure_};
-    const int64_t ms = std::max<int64_t>(1, std::min(compute_sleep_ms(bands, in), ms_until_next_gate()));
+    // Never past a gate that is due, nor past the next try of a held partition's segments.
+    const int64_t ms = std::max<int64_t>(
+        1, std::min({compute_sleep_ms(bands, in), ms_until_next_gate(), drain_->ms_until_kept_due()}));
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;
@@ -301,9 +309,25 @@ Task<int64_t> Sweeper::cycle() {
     co_return ms;
 }
 
+// A cycle that threw: what it held is still in held_ and goes back on the next cycle's
+// hand-backs or at stop; the failure is counted and the next cycle comes after a backoff.
+int64_t Sweeper::cycle_crashed(const std::string &why) {
+    PgResult bad;
+    bad.origin = Origin::internal;
+    bad.message = "the cycle ended by an internal error: " + why;
+    log_.error(bad.message + "; the loop goes on after a backoff");
+    cycle_failed("fire", bad);
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        ++stats_.f.cycles_total;
+        ++stats_.f.cycle_crashes_total;
+    }
+    return std::max<int64_t>(error_backoff_ms_, 1);
+}
+
 void Sweeper::cycle_failed(const std::string &phase, const PgResult &r) {
     note_error(phase, r);
-    const ErrorClass c = classify_sqlstate(r.sqlstate);
+    const ErrorClass c = classify(r);
     last_error_transient_ = c == ErrorClass::transient;
     const int64_t prev = error_backoff_ms_;
     if (c == ErrorClass::transient) {
@@ -319,6 +343,33 @@ void Sweeper::cycle_failed(const std::string &phase, const PgResult &r) {
         log_.warn(msg + "; retrying in " + std::to_string(error_backoff_ms_) + " ms");
         last_logged_error_ = msg;
     }
+}
+
+}  // namespace qsw
+
+namespace qsw {
+
+// Graceful stop: every claim still held goes back, so no other broker waits out a lease.
+// Fires a lost connection left unanswered are resolved first, so the host hears of those
+// that committed; what is left of them is released with the rest.
+Task<void> Sweeper::release_held() {
+    if (recovery_->has_parked() && pool_->up()) co_await recovery_->run();
+    if (held_.empty()) co_return;
+    std::vector<RowRef> rows;
+    rows.reserve(held_.size());
+    for (const auto &[k, tok] : held_.all()) rows.push_back(RowRef{std::get<0>(k), std::get<1>(k), std::get<2>(k), tok});
+    std::optional<int64_t> n = co_await release_rows(*ctx_, rows, cfg_.stmt_timeout_ms, "release at stop");
+    if (!n) {
+        log_.warn("could not release " + std::to_string(rows.size()) + " claim(s) at stop; they lapse with their lease");
+        co_return;
+    }
+    held_.clear();
+    recovery_->forget_parked();
+    {
+        std::lock_guard<std::mutex> g(stats_.mu);
+        stats_.f.released_on_stop_total += *n;
+    }
+    log_.info("released " + std::to_string(*n) + " claim(s) at stop");
 }
 
 }  // namespace qsw

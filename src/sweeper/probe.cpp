@@ -1,13 +1,14 @@
 // A. PROBE: one read-only call and one server now(). The first entry of the
 // (visible_at) index gives the nearest visible_at; a capped count gives the due rows.
 #include "pg/sql_args.hpp"
+#include "pg/statements.hpp"
 #include "sweeper/sweeper.hpp"
 
 namespace qsw {
 
 Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     Query q;
-    q.sql = "SELECT queen.log_timers_due_v1($1::int2[], now(), $2::int)::text";
+    q.sql = sql::kProbe;
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_due_cap))};
     q.timeout_ms = cfg_.stmt_timeout_ms;
     const uint64_t sent = uv_now(&loop_);
@@ -29,11 +30,8 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         p.empty = !j.contains("nextInMs") || j["nextInMs"].is_null();
         p.next_in_ms = p.empty ? 0 : j["nextInMs"].get<int64_t>();
         p.due = j.value("due", int64_t(0));
-        if (j.contains("nowMs") && j["nowMs"].is_number_integer()) {
-            server_now_unix_ms_ = j["nowMs"].get<int64_t>();
-            server_now_sent_mono_ = sent;
-            server_now_got_mono_ = got;
-        }
+        if (j.contains("nowMs") && j["nowMs"].is_number_integer())
+            recovery_->note_server_clock(j["nowMs"].get<int64_t>(), sent, got);
         const bool fire_enabled = j.value("fireEnabled", true);
         const bool maintenance = j.value("maintenance", false);
         p.fire_enabled = fire_enabled;

@@ -13,6 +13,7 @@
 namespace qsw {
 
 std::atomic<bool> g_test_fail_next_cycle{false};
+std::atomic<bool> g_test_fail_loop{false};
 
 int64_t sat_sub(int64_t a, int64_t b) {
     int64_t r;
@@ -154,6 +155,13 @@ int Sweeper::start() {
     po.connect_timeout_ms = cfg_.connect_timeout_ms;
     po.stmt_timeout_ms = cfg_.stmt_timeout_ms;
     pool_ = std::make_unique<Pool>(&loop_, po, log_);
+    ctx_ = std::make_unique<LoopContext>(LoopContext{cfg_, log_, stats_, *pool_, &loop_, stopping_, hard_stop_,
+                                                     fired_fn_, fired_user_,
+                                                     [this](const std::string &ph, const PgResult &r) { note_error(ph, r); },
+                                                     [this](const std::string &ph, const PgResult &r) { cycle_failed(ph, r); },
+                                                     [this] { publish_pool(); }});
+    recovery_ = std::make_unique<Recovery>(*ctx_, held_);
+    drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_);
     {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
@@ -416,49 +424,6 @@ Task<void> Sweeper::sleep_for(int64_t ms) {
     sleep_deadline_unix_ms_ = 0;
 }
 
-CallbackAwaiter<int> Sweeper::delay(int64_t ms) {
-    return CallbackAwaiter<int>{[this, ms](std::function<void(int)> done) {
-                                    auto *t = new uv_timer_t;
-                                    uv_timer_init(&loop_, t);
-                                    t->data = new std::function<void(int)>(std::move(done));
-                                    uv_timer_start(t, [](uv_timer_t *h) {
-                                        auto *fn = static_cast<std::function<void(int)> *>(h->data);
-                                        uv_close(reinterpret_cast<uv_handle_t *>(h), [](uv_handle_t *c) {
-                                            delete reinterpret_cast<uv_timer_t *>(c);
-                                        });
-                                        auto f = std::move(*fn);
-                                        delete fn;
-                                        f(0);
-                                    }, static_cast<uint64_t>(std::max<int64_t>(ms, 0)), 0);
-                                },
-                                {}, {}, false};
-}
-
-CallbackAwaiter<int> Sweeper::join_all(std::vector<Task<void>> tasks) {
-    auto shared = std::make_shared<std::vector<Task<void>>>(std::move(tasks));
-    return CallbackAwaiter<int>{[this, shared](std::function<void(int)> done) {
-                                    auto left = std::make_shared<size_t>(shared->size());
-                                    if (*left == 0) {
-                                        done(0);
-                                        return;
-                                    }
-                                    for (auto &t : *shared) {
-                                        spawn(std::move(t), [this, left, done](std::exception_ptr e) {
-                                            if (e) {
-                                                try {
-                                                    std::rethrow_exception(e);
-                                                } catch (const std::exception &x) {
-                                                    log_.error(std::string("fire worker failed: ") + x.what());
-                                                } catch (...) {
-                                                }
-                                            }
-                                            if (--*left == 0) done(0);
-                                        });
-                                    }
-                                },
-                                {}, {}, false};
-}
-
 // The ephemeral backstop: no connection, no slot, no lock outside the engine.
 // It runs on its own timer so a slow or absent database never delays it.
 void Sweeper::run_backstop() {
@@ -528,10 +493,11 @@ void Sweeper::note_error(const std::string &phase, const PgResult &r) {
     std::string msg = phase + " failed";
     if (!r.sqlstate.empty()) msg += " (SQLSTATE " + r.sqlstate + ")";
     msg += ": " + r.message;
-    const ErrorClass c = classify_sqlstate(r.sqlstate);
-    const ErrorKind k = c == ErrorClass::transient ? ErrorKind::transient
-                        : c == ErrorClass::config  ? ErrorKind::config
-                                                   : ErrorKind::permanent;
+    const ErrorClass c = classify(r);
+    const ErrorKind k = is_internal(r)                ? ErrorKind::internal
+                        : c == ErrorClass::transient ? ErrorKind::transient
+                        : c == ErrorClass::config    ? ErrorKind::config
+                                                     : ErrorKind::permanent;
     std::lock_guard<std::mutex> g(stats_.mu);
     stats_.f.last_error = msg;
     ++stats_.f.cycle_errors_total;

@@ -24,7 +24,11 @@
 #include "pg/pool.hpp"
 #include "queen_sweeper.h"
 #include "stats/stats.hpp"
+#include "sweeper/claims.hpp"
+#include "sweeper/context.hpp"
+#include "sweeper/drain.hpp"
 #include "sweeper/ladder.hpp"
+#include "sweeper/recovery.hpp"
 #include "sweeper/sleep.hpp"
 
 namespace qsw {
@@ -86,72 +90,12 @@ private:
         bool fire_enabled = true;
     };
     Task<ProbeResult> probe(const std::vector<int16_t> &shards);
-    struct DrainResult {
-        int64_t moved = 0;     // rows that left the table (fired, duplicate) or failed over
-        int64_t claimed = 0;
-        bool empty_claim = false;
-        bool capped = false;       // hit the row budget or the deadline
-        bool out_of_time = false;  // hit the half-lease deadline: the database is slow
-        bool failed = false;
-    };
-    Task<DrainResult> drain(std::vector<int16_t> shards, int64_t row_budget);
-    struct ClaimCall {
-        std::string id;        // the claim id sent (its rows' claim_token)
-        int64_t want = 0;
-        bool whole = false;    // asked for a whole batch (not the rest of a budget)
-        uint64_t started = 0;  // loop clock when the claim was sent
-        bool ok = false;
-        PgResult error;                  // when !ok
-        std::vector<ClaimedTimer> rows;  // decoded, each registered in held_
-        std::string undecodable;         // a column that did not decode (the claim goes back)
-    };
-    Task<void> claim_rows(const std::vector<int16_t> &shards, int64_t want, ClaimCall &out);
-    Task<void> fire_claim(ClaimCall &c, DrainResult &acc, bool &ok, size_t &packed_bytes);
-    Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows);
-    void adapt_claim_batch(uint64_t elapsed_ms, size_t packed_bytes);
-    void set_claim_batch(int64_t rows);
-    int64_t fire_contention();
-    bool contended_recently();
-    Task<void> drain_worker(const std::vector<int16_t> &shards, DrainResult &acc, int64_t &rows_left,
-                            uint64_t deadline_mono_ms);
-    Task<void> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, bool isolating, bool wait);
-    Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
-                         const std::string &cls);
+    // Graceful stop: hands back every claim still held (after resolving lost fires).
     Task<void> release_held();
-    // Failover (drain.cpp): calls a lost connection left without an answer.
-    struct ParkedSegment {
-        std::string tenant, queue, partition;
-        int64_t count = 0;
-        std::string hashes;  // empty: rows of a failed fail call, nothing to look for in the log
-        std::vector<std::pair<std::string, std::string>> rows;  // (timer key, claim token), frame order
-    };
-    struct ParkedFire {
-        bool in_doubt = false;  // sent, answer lost: it may have committed
-        bool counted = false;   // its resolution is in the stats already
-        std::vector<ParkedSegment> segments;
-    };
-    void park(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const std::vector<size_t> *only,
-              bool in_doubt);
-    void note_lost(const char *phase, const PgResult &r);
-    // A claim sent whose answer was lost: it may have committed, its rows then held under
-    // its id until the lease ends. Named by id and by the window its lease ends in (server
-    // clock, from the probe's now), so it can be handed back once connected again.
-    struct LostClaim {
-        std::string id;
-        int64_t lease_from_unix_ms = 0, lease_to_unix_ms = 0;
-        uint64_t forget_at_mono = 0;  // past its lease: its rows are anyone's again
-    };
-    void remember_lost_claim(const ClaimCall &c);
-    Task<void> hand_back_lost_claims();
-    Task<void> recover_after_loss();
-    Task<bool> identify_server();
-    Task<void> release_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected);
     Task<bool> kv_prune(const std::vector<int16_t> &shards, bool &kv_work);
     void phase_off_config(const char *phase, const PgResult &r);
     Task<bool> usage_rollup(const std::vector<int16_t> &shards);
     Task<void> sleep_for(int64_t ms);
-    CallbackAwaiter<int> delay(int64_t ms);  // a plain pause: not the cycle's sleep, not woken
-    CallbackAwaiter<int> join_all(std::vector<Task<void>> tasks);
     void run_backstop();
     void schedule_backstop();
     bool ring(uv_async_t *doorbell) noexcept;
@@ -160,6 +104,7 @@ private:
     void publish_pool();
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);
+    int64_t cycle_crashed(const std::string &why);  // a cycle that threw: counted, the backoff returned
     Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
                           bool &kv_work);
     int64_t ms_until_next_gate() const;
@@ -217,10 +162,6 @@ private:
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
-    int64_t claim_batch_now_ = 0;  // 0 until the first drain: then sweeper_claim_batch (drain.cpp)
-    // Loop clock until which claims are sent after their fires, not beside them (drain.cpp).
-    uint64_t contended_until_mono_ = 0;
-    static constexpr uint64_t kContendedHoldMs = 1000;
     bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
     uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
     double last_quota_ratio_ = 0;
@@ -229,30 +170,22 @@ private:
     int64_t error_backoff_ms_ = 0;
     bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
     std::string last_logged_error_;
-    bool fire_config_failed_ = false;  // a class 42 fire error: the drain hands back and backs off
-    PgResult fire_config_error_;
     std::string shed_state_logged_ = "on/on";
     std::minstd_rand rng_;
-    // Claims this sweeper holds: (tenant, queue, key) -> token. Released at a graceful stop.
-    std::map<std::tuple<std::string, std::string, std::string>, std::string> held_;
-    std::vector<ParkedFire> parked_;
-    std::vector<LostClaim> lost_claims_;
-    // The server's clock against the loop's: now() of the last probe, and the loop clock
-    // when it was sent and answered. A claim's now() lies between its send and its loss.
-    int64_t server_now_unix_ms_ = 0;
-    uint64_t server_now_sent_mono_ = 0, server_now_got_mono_ = 0;
-    int64_t seen_disconnects_ = 0;
-    bool identify_pending_ = true;   // learn the server's host:port on the next cycle
-    bool awaiting_resume_ = false;   // a loss was seen and no fire has committed since
-    bool reconnected_since_loss_ = false;  // the server was found again since the last loss
-    bool check_refused_logged_ = false;    // the in-doubt check lacks table privileges (said once)
+    // The phases that own their state (drain.hpp, recovery.hpp), and the claims they share.
+    HeldClaims held_;
+    std::unique_ptr<LoopContext> ctx_;
+    std::unique_ptr<Recovery> recovery_;
+    std::unique_ptr<Drain> drain_;
 };
 
 int64_t wall_now_ms();
 int64_t sat_sub(int64_t a, int64_t b);  // a - b, saturated
 
-// Test seam (integration tests link the core): the next cycle throws, as an internal
-// error would, so the "loop that dies says so" path can be exercised for real.
+// Test seams (integration tests link the core). The next cycle throws, as an internal error
+// would: contained, the loop goes on. The loop itself fails (outside any cycle, as its own
+// libuv failures would), so the "loop that dies says so" path can be exercised for real.
 extern std::atomic<bool> g_test_fail_next_cycle;
+extern std::atomic<bool> g_test_fail_loop;
 
 }  // namespace qsw

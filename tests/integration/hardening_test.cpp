@@ -143,7 +143,29 @@ TEST(Hardening, StopIsBoundedWhileTheServerIsFrozen) {
     }
 }
 
-// A loop that ends on an internal error is not "running": stats, metrics and the log say so.
+// A cycle that throws is contained: counted (cycle_crashes_total, errors_total of the
+// fire, last_error), and the loop goes on: it fires a timer scheduled afterwards.
+TEST(Hardening, ACycleThatThrowsIsContainedAndTheLoopGoesOn) {
+    testdb::ensure_schema();
+    queen_sweeper *sw = make({{"sweeper_max_sleep_ms", 50}, {"sweeper_backoff_min_ms", 50}}, testdb::conninfo());
+    qsw::g_test_fail_next_cycle.store(true);
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    ASSERT_TRUE(wait_for([&] { return stats_of(sw)["cycle_crashes_total"] == 1; }, 20000)) << stats_of(sw).dump();
+    ASSERT_TRUE(wait_for([&] { return stats_of(sw)["cycles_total"].get<int64_t>() >= 3; }, 20000))
+        << stats_of(sw).dump();
+    auto st = stats_of(sw);
+    EXPECT_EQ(st["state"], "running");
+    EXPECT_EQ(st["loop_failures_total"], 0);
+    EXPECT_NE(st["last_error"].get<std::string>().find("injected internal error"), std::string::npos)
+        << st["last_error"];
+    EXPECT_GE(st["cycle_errors_total"].get<int64_t>(), 1);
+    EXPECT_NE(metrics_of(sw).find("queen_sweeper_cycle_crashes_total 1"), std::string::npos);
+    EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
+    queen_sweeper_destroy(&sw);
+}
+
+// A loop that ends (it cannot run at all: its own libuv failures) is not "running":
+// stats, metrics and the log say so.
 TEST(Hardening, ALoopThatDiesSaysSo) {
     testdb::ensure_schema();
     struct Heard {
@@ -159,11 +181,11 @@ TEST(Hardening, ALoopThatDiesSaysSo) {
             if (level == QUEEN_SWEEPER_LOG_ERROR) h->lines.emplace_back(m);
         },
         &heard);
-    qsw::g_test_fail_next_cycle.store(true);
+    qsw::g_test_fail_loop.store(true);
     ASSERT_EQ(queen_sweeper_start(sw), 0);
     ASSERT_TRUE(wait_for([&] { return stats_of(sw)["state"] == "failed"; }, 20000)) << stats_of(sw).dump();
     auto st = stats_of(sw);
-    EXPECT_NE(st["last_error"].get<std::string>().find("injected internal error"), std::string::npos)
+    EXPECT_NE(st["last_error"].get<std::string>().find("injected loop failure"), std::string::npos)
         << st["last_error"];
     EXPECT_EQ(st["loop_failures_total"], 1);
     const std::string m = metrics_of(sw);

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-from firekit import (TENANT_A, PartitionLock, assert_clean_stop, op_schedule,
+from firekit import (TENANT_A, PartitionLock, assert_clean_stop, connect, op_schedule,
                       pg_waiting_on_locks, wait_for)
 
 
@@ -57,11 +57,11 @@ def test_claims_of_a_dead_broker_fire_after_the_lease_and_not_before(q, sweepers
 
 def test_graceful_stop_hands_its_claims_back(q, sweepers, conninfo):
     """Sweeper A (lease 30 s) claims 30 timers whose fire is split into one transaction per
-    timer (byte cap) and whose partition the test holds locked, so its first fire blocks.
-    A is asked to stop gracefully; the lock is released a second later. A may finish the
-    transaction it had in flight, but must then hand back the claims it has not fired
-    instead of starting new fire transactions after being told to stop; sweeper B then
-    fires those at once, far sooner than A's 30 s lease."""
+    timer (byte cap) and whose partition the test holds locked, so its fires come back busy
+    and A keeps them, still claimed, to try again later. A is asked to stop gracefully while
+    the partition is still held: it must not wait for the partition, and must hand back
+    every claim it has not fired instead of firing after being told to stop; once the lock
+    goes, sweeper B fires those at once, far sooner than A's 30 s lease."""
     queue = "graceful"
     n = 30
     lease_ms = 30000
@@ -75,7 +75,9 @@ def test_graceful_stop_hands_its_claims_back(q, sweepers, conninfo):
     try:
         a.start()
         wait_for(lambda: a.stats()["claimed_total"] >= n, 15, 0.02, "A to claim every timer")
-        wait_for(lambda: pg_waiting_on_locks(q) >= 1, 10, 0.02, "A's fire to wait on the lock")
+        # A's fires find the partition held: A keeps those segments, still claimed, to try
+        # them again later (it never waits on a held partition while other work is due).
+        wait_for(lambda: a.stats()["busy_kept_segments"] >= 1, 10, 0.02, "A to keep its busy segments")
         assert a.stats()["fired_total"] == 0
         live = q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL"
                      " AND claimed_until > now()")
@@ -94,11 +96,11 @@ def test_graceful_stop_hands_its_claims_back(q, sweepers, conninfo):
 
         stopper = threading.Thread(target=stop_a)
         stopper.start()
-        time.sleep(1.0)
-        assert a.stats()["state"] == "stopping", a.stats()["state"]
-        lock.release()
         stopper.join(30)
         assert not stopper.is_alive(), "stop() did not return"
+        # The stop did not wait for the partition: the lock is still held.
+        assert stop_result.get("took", 99) < 5.0, stop_result
+        lock.release()
     finally:
         lock.close()
     st_a = a.stats()
@@ -140,7 +142,9 @@ def test_graceful_stop_hands_its_claims_back(q, sweepers, conninfo):
 
 def test_stop_past_its_timeout_leaves_claims_to_their_lease(q, sweepers, conninfo):
     """The documented other side of stop(): when the graceful part cannot finish in time
-    (the fire is blocked on a partition lock longer than the timeout), stop() reports
+    (the fire is blocked on a lock longer than the timeout: here the log's segment table,
+    held ACCESS EXCLUSIVE by an operator's transaction; a fire never waits on a partition
+    someone holds, it keeps those segments and tries again), stop() reports
     ETIMEDOUT, the in-flight fire is cancelled, the sweeper is still fully stopped with a
     clean teardown, and its claims are NOT released: they lapse with their lease, after
     which another sweeper fires them (and not before)."""
@@ -149,7 +153,9 @@ def test_stop_past_its_timeout_leaves_claims_to_their_lease(q, sweepers, conninf
     lease_ms = 4000
     pid = q.provision(TENANT_A, queue, "blocked")
     q.schedule([op_schedule(queue, f"k{i}", b"x" * 100, partition="blocked") for i in range(5)])
-    lock = PartitionLock(conninfo, [pid])
+    lock = connect(conninfo, autocommit=False)
+    with lock.cursor() as cur:
+        cur.execute("LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
     a = sweepers("timeout-a", sweeper_lease_ms=lease_ms)
     try:
         a.start()
@@ -171,6 +177,7 @@ def test_stop_past_its_timeout_leaves_claims_to_their_lease(q, sweepers, conninf
         # The cancelled fire's backend may need a moment to roll back; then nothing waits.
         wait_for(lambda: pg_waiting_on_locks(q) == 0, 10, 0.05, "the cancelled fire to go")
     finally:
+        lock.rollback()
         lock.close()
     a.sw.close()
     held = q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL"

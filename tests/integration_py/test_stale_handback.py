@@ -7,35 +7,38 @@ row. The sweeper then releases the segment's rows, token-matched, with a few sho
 retries, so the timer is due again at once instead of after the lease (30 s here).
 
 Set-up: two timers, each its own fire transaction (sweeper_max_fire_bytes 4096 and 3000-byte
-payloads). The first one's partition is locked by the test, so the sweeper waits there;
-meanwhile the test locks the second timer's row; it lets the partition go, and the row
-60 ms later."""
+payloads). The log's segment table is locked by the test (ACCESS EXCLUSIVE, as an
+operator's maintenance would), so the first fire waits there (a fire never waits on a
+partition someone holds: it would keep those segments and go on); meanwhile the test locks
+the second timer's row; it lets the table go, and the row 60 ms later."""
 
 import os
 import time
 
-from firekit import PartitionLock, assert_clean_stop, connect, op_schedule, pg_waiting_on_locks, wait_for
+from firekit import assert_clean_stop, connect, op_schedule, pg_waiting_on_locks, wait_for
 
 QUEUE = "handback"
 
 
 def test_a_row_the_fire_could_not_lock_is_handed_back_at_once(q, sweepers, conninfo):
-    p1 = q.provision("00000000-0000-0000-0000-000000000001", QUEUE, "p1")
+    q.provision("00000000-0000-0000-0000-000000000001", QUEUE, "p1")
     q.provision("00000000-0000-0000-0000-000000000001", QUEUE, "p2")
     q.schedule([op_schedule(QUEUE, "k1", os.urandom(3000), partition="p1")])
     time.sleep(0.01)  # k2 is due after k1: the claim returns k1 first, so k1 fires first
     q.schedule([op_schedule(QUEUE, "k2", os.urandom(3000), partition="p2")])
-    lock = PartitionLock(conninfo, [p1])
+    lock = connect(conninfo, autocommit=False)
+    with lock.cursor() as cur:
+        cur.execute("LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
     row = connect(conninfo, autocommit=False)
     h = sweepers("handback", sweeper_max_fire_bytes=4096, sweeper_lease_ms=30000)
     try:
         h.start()
-        wait_for(lambda: pg_waiting_on_locks(q) >= 1, 15, what="the first fire to wait on p1")
+        wait_for(lambda: pg_waiting_on_locks(q) >= 1, 15, what="the first fire to wait on the locked table")
         with row.cursor() as cur:
             cur.execute("SELECT claim_token FROM queen.log_timers WHERE queue = %s AND timer_key = 'k2'"
                         " FOR UPDATE", (QUEUE,))
             assert cur.fetchone()[0] is not None, "k2 was not claimed with k1"
-        lock.release()
+        lock.rollback()
         time.sleep(0.06)
         row.rollback()
         t0 = time.monotonic()

@@ -166,10 +166,14 @@ class Queen:
              now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
 
     def claim2(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None,
-               max_bytes=None, claim_id=None):
-        return self.all("SELECT * FROM queen.log_timers_claim_v2(%s::int2[], %s, %s, %s, %s, %s, %s::uuid)",
+               max_bytes=None, claim_id=None, skip=None):
+        """skip: [(tenant, queue, partition), ...] left alone."""
+        skip = skip or []
+        return self.all("SELECT * FROM queen.log_timers_claim_v2(%s::int2[], %s, %s, %s, %s, %s, %s::uuid,"
+                        " %s::uuid[], %s::text[], %s::text[])",
                         (shards, now, lease_ms, max_rows, per_tenant, max_bytes,
-                         None if claim_id is None else str(claim_id)))
+                         None if claim_id is None else str(claim_id),
+                         [str(t) for t, _, _ in skip], [q for _, q, _ in skip], [p for _, _, p in skip]))
 
     def release_claims(self, claim_ids, lease_from, lease_to):
         return self.one("SELECT queen.log_timers_release_claims_v1(%s::uuid[], %s, %s)",

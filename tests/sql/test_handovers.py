@@ -240,3 +240,20 @@ def test_a_rescheduled_row_is_not_fired_by_its_old_claim(q):
     res = q.fire([(T1, "q", "Default", rows)], now=NOW + ms(10))
     assert res["fired"] == 0 and res["stale"] == 1
     assert bytes(q.timer("a")["payload"]) == b'{"v": 2}'
+
+
+def test_a_claim_leaves_the_partitions_it_is_told_to_skip_alone(q):
+    """The sweeper names the partitions someone holds: their rows are passed over, the
+    others' come first, oldest first as always."""
+    for i in range(6):
+        sched(q, "held%d" % i, partition="held", now=NOW - ms(100 - i))   # the oldest
+    for i in range(3):
+        sched(q, "free%d" % i, partition="free", now=NOW - ms(50 - i))
+    rows = q.claim2(max_rows=4, skip=[(T1, "q", "held")])
+    assert [r["timer_key"] for r in rows] == ["free0", "free1", "free2"]
+    rows = q.claim2(max_rows=4)
+    assert [r["timer_key"] for r in rows] == ["held0", "held1", "held2", "held3"]
+    with pytest.raises(psycopg2.Error) as e:
+        q.all("SELECT * FROM queen.log_timers_claim_v2(NULL, %s, 1000, 10, 10, NULL, NULL,"
+              " ARRAY[%s]::uuid[], ARRAY[]::text[], ARRAY['p'])", (NOW, str(T1)))
+    assert e.value.pgcode == "22023"

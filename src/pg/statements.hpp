@@ -1,0 +1,72 @@
+// Every statement the library sends, defined once, by name: its text, its parameters in
+// order and, for a row set, its columns (River's named queries are the model). A caller
+// names the statement and fills its parameters; nothing outside this file writes SQL text
+// for the sweeper's calls (the embedded schema apply aside: pg/schema.hpp).
+//
+// Every statement takes the server's now() (one instant per call) and pins its argument
+// types with casts, so that a plan never depends on how libpq sends a parameter.
+#pragma once
+
+namespace qsw::sql {
+
+// The probe. $1 int2[] shards (null: all), $2 int due cap. One row, one column: the jsonb
+// answer of queen.log_timers_due_v1 as text.
+inline constexpr const char *kProbe = "SELECT queen.log_timers_due_v1($1::int2[], now(), $2::int)::text";
+
+// The claim. $1 int2[] shards, $2 int lease_ms, $3 int max rows, $4 int rows per tenant,
+// $5 bigint payload byte budget, $6 uuid the claim id (every claimed row's token),
+// $7 uuid[] / $8 text[] / $9 text[] the (tenant, queue, partition) triples to leave alone
+// (partitions someone else holds). Binary result (the payload as it is, not in hex); the
+// uuids come as text so that every column but the integers reads as its bytes.
+inline constexpr const char *kClaim =
+    "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, payload_zstd, "
+    "encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts "
+    "FROM queen.log_timers_claim_v2($1::int2[], now(), $2::int, $3::int, $4::int, $5::bigint, $6::uuid, "
+    "$7::uuid[], $8::text[], $9::text[])";
+enum class ClaimCol {
+    tenant, queue, timer_key, partition, txn, message_id, payload, payload_zstd, encrypted, producer_sub,
+    claim_token, deliver_at_ms, late_ms, attempts,
+};
+
+// The fire. $1 uuid[] segment tenants, $2 text[] queues, $3 text[] partitions, $4 int[]
+// frame counts, $5 bytea[] (binary) txn hashes, $6 bytea[] (binary) blobs, $7 text[] timer
+// keys in frame order, $8 int[] each key's segment (1-based), $9 uuid[] each key's token,
+// $10 boolean wait on partitions. One row: the jsonb answer as text.
+inline constexpr const char *kFire =
+    "SELECT queen.log_timers_fire_v1($1::uuid[], $2::text[], $3::text[], $4::int[], $5, $6, "
+    "$7::text[], $8::int[], $9::uuid[], now(), $10::boolean)::text";
+
+// A failure, and the move of what it exhausts to the DLQ, in one call. $1 uuid[] tenants,
+// $2 text[] queues, $3 text[] keys, $4 uuid[] tokens, $5 text error, $6 text class,
+// $7 int backoff min, $8 int backoff max, $9 int transient backoff, $10 int max attempts.
+// One row: {"released", "exhausted", "moved"} as text.
+inline constexpr const char *kFail =
+    "SELECT queen.log_timers_fail_v2($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5, $6, now(), "
+    "$7::int, $8::int, $9::int, $10::int)::text";
+
+// A hand-back, token-matched. $1 uuid[] tenants, $2 text[] queues, $3 text[] keys,
+// $4 uuid[] tokens. One row: the number released.
+inline constexpr const char *kRelease =
+    "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
+
+// The hand-back of claims whose answer was lost, by claim id. $1 uuid[] claim ids,
+// $2 / $3 double precision: the window their lease ends in, Unix ms. One row: released.
+inline constexpr const char *kReleaseClaims =
+    "SELECT queen.log_timers_release_claims_v1($1::uuid[], to_timestamp($2::double precision / 1000), "
+    "to_timestamp($3::double precision / 1000))";
+
+// The check of fires whose answer was lost. $1 int[] segment numbers, $2 uuid[] tenants,
+// $3 text[] queues, $4 bytea[] (binary) hashes, $5 int[] each key's segment, $6 text[] keys.
+inline constexpr const char *kInDoubt =
+    "SELECT seg, present, unlocked, base_offset FROM queen.log_timers_in_doubt_v1("
+    "$1::int[], $2::uuid[], $3::text[], $4::bytea[], $5::int[], $6::text[])";
+enum class InDoubtCol { seg, present, unlocked, base_offset };
+
+// Which server answers: host:port as the server reports it (also behind a bouncer), and
+// whether it is a standby.
+inline constexpr const char *kIdentifyServer =
+    "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || "
+    "coalesce(inet_server_port()::text, current_setting('port')), pg_is_in_recovery()";
+enum class IdentifyCol { server, in_recovery };
+
+}  // namespace qsw::sql

@@ -1,0 +1,138 @@
+// B. DRAIN: claim and fire in the same iteration, under the lease budget, with what one
+// partition, one payload or one error does borne by it alone.
+//
+// A worker claims a batch (bounded in rows and in payload bytes), packs it outside any
+// transaction and fires it, with at most one more claim in flight meanwhile; every worker
+// stops claiming once the pass has spent half the lease or the cycle's row budget.
+//
+// Containment, rule by rule (the decisions are pure functions, drain_policy.hpp):
+//   - a partition someone else holds is never waited on while other work is due: its
+//     segments come back busy, are kept (still claimed) and tried again later with backoff
+//     (busy_retry), and the claims leave that partition alone meanwhile;
+//   - every call of a claim has a deadline inside its lease (fire_deadline, call_budget):
+//     rows that cannot be fired in time are handed back, never fired late;
+//   - an error in any step of a claim (a failed call, our own exception) hands that
+//     claim's rows back at once, is counted, and the loop goes on after a backoff;
+//   - memory is bounded in bytes: the claim carries at most sweeper_claim_max_bytes of
+//     payload, read in binary, and the batch grows on what the claim really carried.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/task.hpp"
+#include "codec/packer.hpp"
+#include "pg/pg_conn.hpp"
+#include "sweeper/claims.hpp"
+#include "sweeper/context.hpp"
+#include "sweeper/drain_policy.hpp"
+#include "sweeper/recovery.hpp"
+
+namespace qsw {
+
+class Drain {
+public:
+    Drain(LoopContext &ctx, HeldClaims &held, Recovery &recovery) : ctx_(ctx), held_(held), recovery_(recovery) {}
+
+    struct Result {
+        int64_t moved = 0;     // rows that left the table (fired, duplicate) or failed over
+        int64_t claimed = 0;
+        bool empty_claim = false;
+        bool capped = false;       // hit the row budget or the deadline
+        bool out_of_time = false;  // hit the half-lease deadline: the database is slow
+        bool failed = false;
+    };
+    Task<Result> run(const std::vector<int16_t> &shards, int64_t row_budget);
+
+    // Kept busy segments: whether any is due for its next try, and in how long (loop
+    // clock; INT64_MAX when none is kept), so the cycle's sleep never outlasts it.
+    bool kept_due() const;
+    int64_t ms_until_kept_due() const;
+    // A slow database: back to the base batch.
+    void reset_batch();
+
+private:
+    struct Claim {
+        std::string id;        // the claim id sent (its rows' claim_token)
+        int64_t want = 0;
+        bool whole = false;    // asked for a whole batch (not the rest of a budget)
+        uint64_t sent = 0;     // loop clock when the claim was sent
+        uint64_t fire_by = 0;  // fire_deadline of the send
+        bool ok = false;
+        PgResult error;                  // when !ok
+        std::vector<ClaimedTimer> rows;  // decoded, each held in held_
+        std::string undecodable;         // a column that did not decode (the claim goes back)
+        int64_t bytes = 0;               // payload bytes it carried
+    };
+    // One pass of the drain, shared by its workers.
+    struct Pass {
+        Result acc;
+        int64_t rows_left = 0;
+        uint64_t deadline = 0;  // stop claiming: half the lease after the pass began
+    };
+    // Segments of a partition someone else holds, still claimed, to be tried again.
+    struct Kept {
+        std::vector<ClaimedTimer> rows;  // only what the fire needs: the payloads are in the blobs
+        FireBatch batch;
+        uint64_t fire_by = 0;
+        uint64_t next_try = 0;
+        int64_t tries = 0;
+    };
+    struct CallPlan {
+        bool wait = false;  // wait on partitions (at most lock_wait_ms)
+        int64_t lock_wait_ms = 0;
+        bool isolating = false;
+        uint64_t fire_by = 0;
+        int64_t tries = 0;  // earlier tries of these segments' partitions (busy_retry)
+    };
+    // How a fire call went, for the claim that made it.
+    enum class FireEnd { done, ends_drain };
+
+    Task<void> worker(const std::vector<int16_t> &shards, Pass &p);
+    int64_t reserve(Pass &p, bool &whole);
+    Task<void> claim_into(const std::vector<int16_t> &shards, int64_t want, bool whole, bool ahead, Claim &out);
+    void decode_claim(const PgResult &r, Claim &out);
+    Task<bool> fire_claim(Claim &c, Pass &p);
+    Task<bool> fire_claim_unguarded(Claim &c, Pass &p);
+    Task<void> settle_unframed(Claim &c, const PackResult &packed);
+    Task<FireEnd> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
+    Task<void> on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
+                              const CallPlan &plan);
+    Task<FireEnd> on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
+                                  const CallPlan &plan);
+    Task<void> isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
+    Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
+                         const std::string &cls);
+    Task<void> hand_back(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected,
+                         const char *why);
+    Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why);
+    void keep(const std::vector<ClaimedTimer> &rows, FireBatch busy, const CallPlan &plan, int64_t tries);
+    Task<void> retry_kept();
+    void after_claim(Claim &c, int64_t contended_before, Pass &p);
+    bool contended_recently() const { return ctx_.now() < contended_until_; }
+    int64_t fire_contention() const;
+    void set_batch(int64_t rows);
+
+    LoopContext &ctx_;
+    HeldClaims &held_;
+    Recovery &recovery_;
+    int64_t batch_ = 0;  // 0 until the first drain: then sweeper_claim_batch
+    // Loop clock until which claims are sent after their fires, not beside them.
+    uint64_t contended_until_ = 0;
+    static constexpr uint64_t kContendedHoldMs = 1000;
+    std::vector<Kept> kept_;
+    // A class 42 or internal failure of a fire: the rest of the claim goes back and the
+    // drain ends with this error (the cycle backs off).
+    bool fire_refused_ = false;
+    PgResult fire_refused_error_;
+};
+
+// Test seams (integration tests link the core): each counts down and, while above zero,
+// makes the next such step throw, as an internal error (an allocation failure) would.
+extern std::atomic<int> g_test_fault_pack;        // packing a claim
+extern std::atomic<int> g_test_fault_claim;       // decoding a claim's answer (not one taken ahead)
+extern std::atomic<int> g_test_fault_claim_ahead; // decoding the answer of a claim taken ahead
+extern std::atomic<int> g_test_fault_fire_answer; // reading a fire's answer
+
+}  // namespace qsw

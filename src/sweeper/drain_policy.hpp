@@ -1,0 +1,99 @@
+// The drain's decisions, as pure functions of their inputs (no clock, no randomness, no
+// I/O), so both ends of every rule are asserted in tests/unit/drain_policy_test.cpp, as the
+// sleep bands and the shedding ladder are. drain.cpp only carries them out.
+#pragma once
+#include <cstdint>
+
+namespace qsw {
+
+// ---- The claim's size -----------------------------------------------------------------
+
+struct BatchInput {
+    int64_t batch = 0;          // the batch the claim asked for
+    int64_t base = 200;         // sweeper_claim_batch: never below
+    int64_t ceiling = 2000;     // sweeper_claim_batch_max (never below the base)
+    int64_t lease_ms = 30000;   // sweeper_lease_ms
+    int64_t byte_budget = 8 << 20;  // sweeper_claim_max_bytes: what one claim may carry
+    bool whole = true;          // the claim asked for a whole batch (not a budget's rest)
+    bool full = true;           // it came back full (a backlog)
+    bool contended = false;     // its fires met another broker (busy or stale segments)
+    int64_t elapsed_ms = 0;     // claim + pack + fire of that claim
+    int64_t claimed_bytes = 0;  // payload bytes the claim really carried (as claimed, not packed)
+};
+
+// The next claim's size. A claim that came back short ends the backlog: the base. A claim
+// whose fires met another broker keeps the batch (a bigger one spans more partitions and
+// holds them longer; a smaller one costs more round trips). A full, whole claim done in
+// under 1/16 of the lease that carried at most half the byte budget doubles (up to the
+// ceiling); one over 1/8 of the lease, or that filled its byte budget, halves (never below
+// the base). Anything else keeps the batch.
+int64_t next_claim_batch(const BatchInput &in);
+
+// ---- Claiming ahead --------------------------------------------------------------------
+
+// Whether the next claim is sent while this one is packed and fired (on a second
+// connection), rather than after it: only through a backlog (this claim came back full and
+// decodable), never once a stop is asked, and not while other brokers are in the way (for
+// a second after a claim whose fires met one: then each broker keeps one connection busy).
+bool claim_ahead(bool full_claim, bool contended_recently, bool stopping);
+
+// ---- Deadlines inside the lease ---------------------------------------------------------
+
+// The loop-clock instant by which every fire of a claim sent at `sent_mono` must have
+// been sent, with its answer due: three quarters of the lease after the send. The claim's
+// rows are claimed_until (server) now() + lease and now() is after the send, so a fire
+// sent by then with a deadline at it commits well inside the lease: no claim is ever
+// fired after its claimed_until, and the last quarter is the margin for clocks and the
+// cancel of a call that overran.
+uint64_t fire_deadline(uint64_t sent_mono, int64_t lease_ms);
+
+struct CallBudget {
+    bool go = false;         // false: too late, hand the rows back instead
+    int64_t timeout_ms = 0;  // the call's deadline when go
+};
+// A call for rows that must be fired by `deadline_mono`: its timeout is the statement
+// timeout or what is left until the deadline, whichever is shorter; with less than
+// kMinCallMs left it is not sent (the rows go back, due again at once).
+constexpr int64_t kMinCallMs = 100;
+CallBudget call_budget(uint64_t now_mono, uint64_t deadline_mono, int64_t stmt_timeout_ms);
+
+// ---- A partition someone else holds ------------------------------------------------------
+
+// Segments whose partition another transaction holds (a long push, another broker's
+// fire) come back "busy" and are kept, still claimed, to be tried again later while the
+// rest of the drain goes on; their partition is left out of the next claims meanwhile.
+// The plan for the n-th retry (n = 0 for the first): after delay_ms; the first three
+// skip a partition still held (wait false); later ones wait for it, but at most
+// lock_wait_ms, so a partition under a constant stream of short pushes still gets its
+// timers, and one held by a long transaction costs one short wait a second. Delays double
+// from 100 ms to 1 s: the calls a held partition costs stay under a few a second, and its
+// timers fire within a second of its release.
+struct BusyRetry {
+    int64_t delay_ms = 0;
+    bool wait = false;
+    int64_t lock_wait_ms = 0;  // with wait: the call's lock_timeout
+};
+BusyRetry busy_retry(int64_t n);
+
+// ---- A failed fire ------------------------------------------------------------------------
+
+enum class FailedFire {
+    park,       // the answer was lost (connection, read-only server): keep, resolve on reconnect
+    busy,       // a lock wait that ran out: the partition is still held; kept, tried again later
+    hand_back,  // not the timers' fault (class 42, our own error): back, no attempt spent, back off
+    isolate,    // a permanent failure of a batch: replay it one timer per call
+    fail,       // fail the rows (an attempt spent unless transient)
+};
+struct FailedFireInput {
+    bool answer_lost = false;
+    bool config = false;      // class 42
+    bool internal = false;    // this library's own code failed
+    bool lock_timeout = false;
+    bool transient = false;
+    bool isolating = false;   // this call is already one timer of a replay
+    bool isolate_enabled = true;  // sweeper_isolate_on_permanent
+    int64_t timers = 0;
+};
+FailedFire failed_fire(const FailedFireInput &in);
+
+}  // namespace qsw

@@ -1,0 +1,103 @@
+// The recovery after a lost connection: what a drain call left without an answer, kept
+// until the server answers again and then resolved, so that nothing waits out a lease
+// and the host hears of every fire that committed, once.
+//
+//   - a claim whose answer was lost: remembered by its id (the rows' token) and the window
+//     its lease ends in, handed back by id (lost claims);
+//   - a fire whose answer was lost (it may have committed): its segments checked against
+//     the log, announced if they are there, handed back if their timers are still in the
+//     table (in doubt);
+//   - rows of a fail call whose answer was lost: handed back (parked, not in doubt).
+// It also names the server the sweeper talks to, and dates the loss, the reconnection and
+// the first fire after it (the stats' failover object).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/task.hpp"
+#include "codec/packer.hpp"
+#include "pg/pg_conn.hpp"
+#include "sweeper/claims.hpp"
+#include "sweeper/context.hpp"
+#include "sweeper/handback.hpp"
+
+namespace qsw {
+
+class Recovery {
+public:
+    Recovery(LoopContext &ctx, HeldClaims &held) : ctx_(ctx), held_(held) {}
+
+    // At the start of every cycle: after any lost connection, identify the server again,
+    // hand back lost claims, resolve parked fires.
+    Task<void> run();
+
+    // A drain call got no answer (the connection, its deadline, a read-only server).
+    void note_lost(const char *phase, const PgResult &r);
+    // The rows of a fire whose answer was lost (in_doubt: it was sent and may have
+    // committed), or of a fail call (which cannot be in the log): kept, still ours.
+    void park_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, bool in_doubt);
+    void park_rows(const std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which);
+    // A claim sent at `sent_mono` with id `claim_id` whose answer was lost.
+    void remember_lost_claim(const std::string &claim_id, uint64_t sent_mono);
+    // The probe's server now() and when it was sent and answered (loop clock): the server's
+    // clock against the loop's, to place a lost claim's lease end.
+    void note_server_clock(int64_t server_now_unix_ms, uint64_t sent_mono, uint64_t got_mono);
+    // Fires committed: the first after a loss dates the resumption.
+    void note_fired(int64_t timers);
+    // At a graceful stop: whatever is parked is released with every other held claim.
+    void forget_parked() { parked_.clear(); }
+    bool has_parked() const { return !parked_.empty(); }
+
+private:
+    struct ParkedSegment {
+        std::string tenant, queue, partition;
+        int64_t count = 0;
+        std::string hashes;  // empty: rows of a failed fail call, nothing to look for in the log
+        std::vector<std::pair<std::string, std::string>> rows;  // (timer key, claim token), frame order
+    };
+    struct ParkedFire {
+        bool in_doubt = false;  // sent, answer lost: it may have committed
+        bool counted = false;   // its resolution is in the stats already
+        std::vector<ParkedSegment> segments;
+    };
+    // What the in-doubt check says of one parked segment.
+    struct Seen {
+        int64_t present = 0, unlocked = 0, base = -1;
+    };
+    struct LostClaim {
+        std::string id;
+        int64_t lease_from_unix_ms = 0, lease_to_unix_ms = 0;
+        uint64_t forget_at_mono = 0;  // past its lease: its rows are anyone's again
+    };
+
+    // What the check decided: the committed segments are announced and gone from the
+    // books; these rows go back; these fires (indexes into parked_) are done once they have.
+    struct Settled {
+        std::vector<RowRef> release;
+        std::vector<size_t> decided;
+    };
+
+    Task<bool> identify_server();
+    void notice_disconnects();
+    Task<void> hand_back_lost_claims();
+    Task<void> resolve_parked();
+    Task<void> release_parked_unchecked();  // a role that may not read the tables
+    Settled settle_checked(const std::vector<Seen> &seen);
+    void drop_decided(const std::vector<size_t> &decided, int64_t released);
+    void add_parked(ParkedFire pf, int64_t rows);
+
+    LoopContext &ctx_;
+    HeldClaims &held_;
+    std::vector<ParkedFire> parked_;
+    std::vector<LostClaim> lost_claims_;
+    int64_t server_now_unix_ms_ = 0;
+    uint64_t server_now_sent_mono_ = 0, server_now_got_mono_ = 0;
+    int64_t seen_disconnects_ = 0;
+    bool identify_pending_ = true;        // learn the server's host:port on the next cycle
+    bool awaiting_resume_ = false;        // a loss was seen and no fire has committed since
+    bool reconnected_since_loss_ = false; // the server was found again since the last loss
+    bool check_refused_logged_ = false;   // the in-doubt check lacks table privileges (said once)
+};
+
+}  // namespace qsw
