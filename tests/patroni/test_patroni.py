@@ -83,6 +83,21 @@ def _settle(sweepers, queue, want, timeout=30):
     return _announced(sweepers, queue)
 
 
+def _wait_settled(sweepers, new, timeout=30):
+    """Both sweepers on the new primary with nothing parked or in doubt. The drain may end
+    before a sweeper in its reconnect backoff is back (the other fired everything)."""
+    def settled():
+        sts = [s.stats() for s in sweepers]
+        return all(st and st["failover"]["server"] == new.address and st["failover"]["parked_claims"] == 0
+                   and st["failover"]["in_doubt"]["pending"] == 0 for st in sts)
+    try:
+        wait_for(settled, timeout, 0.1, f"both sweepers settled on {new.name}")
+    except AssertionError:
+        for s in sweepers:
+            print(f"[{s.broker_id}] failover {(s.stats() or {}).get('failover')}\n{s.log_text(15)}")
+        raise
+
+
 def _check_exactly_once(log, acked, in_doubt):
     """Every acknowledged timer once; each in-doubt batch all or nothing; nothing else.
     The keys that are in the log (acknowledged plus the in-doubt batches that committed)."""
@@ -146,6 +161,7 @@ def _run_event(cluster, event, trigger, restore=None):
             raise
         expected_min = len(sched.acked)
         _settle(sweepers, queue, expected_min)
+        _wait_settled(sweepers, new)
         stats = [s.stop() for s in sweepers]
         assert all(st is not None for st in stats), "a sweeper did not stop cleanly: " + str(
             [s.p.returncode for s in sweepers])
@@ -328,6 +344,7 @@ def test_async_replication_lost_fires_fire_again(cluster):
             raise
         t_drained = time.time()
         _settle(sweepers, queue, n)
+        _wait_settled(sweepers, replica)
         stats = [s.stop() for s in sweepers]
         assert all(st is not None for st in stats), "a sweeper did not stop cleanly"
 
@@ -352,9 +369,10 @@ def test_async_replication_lost_fires_fire_again(cluster):
                                  f"frozen while {at_kill - at_freeze} timers were announced")
         assert duplicated <= at_kill, (duplicated, at_kill)
         assert sum(st["fired_total"] for st in stats) == announced, ([st["fired_total"] for st in stats], announced)
-        for st in stats:
-            assert st["dlq_total"] == 0 and st["failover"]["in_doubt"]["pending"] == 0, st["failover"]
-            assert st["failover"]["server"] == replica.address, st["failover"]
+        for s, st in zip(sweepers, stats):
+            fo = st["failover"]
+            assert st["dlq_total"] == 0 and fo["in_doubt"]["pending"] == 0, (s.broker_id, fo)
+            assert fo["server"] == replica.address, (s.broker_id, replica.address, fo, s.log_text(15))
 
         resumed = [st["failover"]["resumed_unix_ms"] for st in stats
                    if st["failover"]["resumed_unix_ms"] > int(t_event * 1000)]
@@ -369,7 +387,9 @@ def test_async_replication_lost_fires_fire_again(cluster):
         print(f"[patroni async] frozen {t_event - t_frozen:.2f} s before the kill; writable "
               f"{writable_at - t_event:.2f} s after it; {len(backlog_due)} timers fired on the new primary, the "
               f"last {t_drained - t_event:.1f} s after the kill (lease {lease_ms} ms); "
-              f"{sum(lost_segs.values())} announced segments not in the new log")
+              f"{sum(lost_segs.values())} announced segments not in the new log; reconnected "
+              + ", ".join(f"{s.way} +{st['failover']['reconnected_unix_ms'] / 1000 - writable_at:.2f} s"
+                          for s, st in zip(sweepers, stats)))
         fo = [st["failover"] for st in stats]
         if all("recent_fires_lost_total" in f for f in fo):
             counted = sum(f["recent_fires_lost_total"] for f in fo)
