@@ -153,6 +153,12 @@ class SweeperProc:
             return ""
         return "\n".join(f"  [{self.broker_id}] {l}" for l in lines[-last:])
 
+    def log_count(self, needle):
+        try:
+            return Path(self.prefix + ".log").read_text(errors="replace").count(needle)
+        except OSError:
+            return 0
+
     def log_contains(self, needle):
         try:
             return needle in Path(self.prefix + ".log").read_text(errors="replace")

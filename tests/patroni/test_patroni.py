@@ -224,8 +224,15 @@ def _run_event(cluster, event, trigger, restore=None):
             f"in doubt {st['failover']['in_doubt']['fires_total']}/fired {st['failover']['in_doubt']['fired_total']}, "
             f"reconnected {since(st['failover']['reconnected_unix_ms'])})"
             for s, st in zip(sweepers, stats))
+        # Timers fired more than 10 s after both their due time and the new primary's first
+        # write: claimed on a call whose answer was lost, they waited out the lease.
+        late = [k for k in committed if k in sched.acked
+                and log.fired_at[k] - max(sched.acked[k] / 1000, writable_at) > 10]
+        claim_losses = sum(s.log_count("lost during claim") for s in sweepers)
         print(f"[patroni {event}] {old.name} -> {new.name}: writable {writable_at - t_event:.2f} s after the "
-              f"{event_word(event)}{detail or ''}; {len(sched.in_doubt)} schedule calls in doubt; {per}")
+              f"{event_word(event)}{detail or ''}; {len(sched.in_doubt)} schedule calls in doubt; {per}; "
+              f"{len(late)} timers waited out the {LEASE_MS // 1000} s lease"
+              + (f" (a claim's answer was lost: {claim_losses} logged)" if late else ""))
         return stats
     finally:
         if sched.is_alive():
