@@ -153,6 +153,8 @@ def _run_event(cluster, event, trigger, restore=None):
         time.sleep(max(0.0, writable_at + 4.0 - time.time()))
         sched.stop()
         assert not sched.is_alive()
+        assert sched.failure is None, sched.failure
+        assert len(sched.acked) > 0
         try:
             wait_for(lambda: pending_on(new.conninfo(), queue) == 0, LEASE_MS / 1000 + 60, 0.1,
                      "every scheduled timer fired on the new primary")
