@@ -12,7 +12,21 @@ if str(_FAILOVER) not in sys.path:
     sys.path.insert(0, str(_FAILOVER))
 
 from failkit import *  # noqa: E402,F401,F403
-from failkit import ROOT  # noqa: E402
+from failkit import ROOT, Queen, connect  # noqa: E402
+
+
+def queen(bouncer_env, direct_conninfo):
+    """A Queen for a test: inspection on a direct superuser connection, scheduling through the
+    bouncer as the broker role (queen_test_broker)."""
+    return Queen(connect(direct_conninfo), broker=connect(bouncer_env["QUEEN_BOUNCER_BROKER_CONNINFO"]))
+
+
+def close_queen(q):
+    for c in (q.broker, q.conn):
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - closing on the way out
+            pass
 
 
 def admin(bouncer_env, sql):

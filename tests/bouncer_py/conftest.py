@@ -1,6 +1,9 @@
 """Fixtures of the bouncer suite: a transaction-pooling PgBouncer (tests/bouncer) in front
 of the suite's PostgreSQL (QUEEN_TEST_CONNINFO), with a server pool of 4: smaller than the
-sweepers' connections, so clients queue in the bouncer as they would in production."""
+sweepers' connections, so clients queue in the bouncer as they would in production. The
+schema is applied once through the bouncer by a sweeper logged in as the superuser (the
+migration role); every test's sweepers and broker then log in as queen_test_sweeper and
+queen_test_broker (tests/pg creates them)."""
 
 import os
 import re
@@ -30,6 +33,16 @@ def bouncer(direct_conninfo):
     try:
         env = sh(ROOT / "tests" / "bouncer", "start", d, port, POOL)
         env["POOL"] = POOL
+        # The suite's sweepers and broker log in as the LOGIN roles tests/pg creates.
+        q = Queen(connect(direct_conninfo))
+        try:
+            have = q.one("SELECT count(*) FROM pg_roles r WHERE (r.rolname, r.rolcanlogin) IN"
+                         " (('queen_test_sweeper', true), ('queen_test_broker', true))")
+        finally:
+            q.conn.close()
+        if have != 2:
+            pytest.fail("the LOGIN roles queen_test_sweeper and queen_test_broker are missing: start the database "
+                        "with tests/pg (it creates them)", pytrace=False)
         # The schema, applied once through the bouncer the way a broker would.
         h = make_sweeper(env["QUEEN_BOUNCER_CONNINFO"], "bouncer-schema")
         h.start()

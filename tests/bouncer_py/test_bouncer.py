@@ -6,6 +6,11 @@
 - Claim, fire, release (a graceful stop's hand-back), KV prune and usage rollup work.
 - A short chaos run: the real server's backends terminated three times and the bouncer
   SIGKILLed and restarted while 6,000 timers fire: every timer once, announced once.
+
+Least privilege, as in production: the sweepers log in through the bouncer as
+queen_test_sweeper (member of queen_sweeper only) and timers are scheduled through it as
+queen_test_broker (queen_broker only). The superuser applies the schema (conftest.py) and, on a
+direct connection, sets up and inspects (table reads, locks, pg_terminate_backend).
 """
 
 import os
@@ -13,8 +18,8 @@ import threading
 import time
 import uuid
 
-from bouncerkit import (TENANT_A, FiredLog, PartitionLock, Queen, admin, assert_clean_stop, connect,
-                        delivered_once, make_sweeper, op_schedule, restart, wait_for)
+from bouncerkit import (TENANT_A, FiredLog, PartitionLock, admin, assert_clean_stop, close_queen, connect,
+                        delivered_once, make_sweeper, op_schedule, queen, restart, wait_for)
 
 # What the plugin pins per transaction (and a few it must leave alone): none may differ
 # from the server's own default on a pooled server connection afterwards.
@@ -37,17 +42,24 @@ def _left(q, queue):
 
 
 def test_four_sweepers_exactly_once_through_the_bouncer(bouncer, direct_conninfo):
-    q = Queen(connect(direct_conninfo))
+    q = queen(bouncer, direct_conninfo)
     queue = f"bouncer-eo-{uuid.uuid4().hex[:8]}"
     txns = _schedule(q, queue, 8000, 20)
     fired = [FiredLog() for _ in range(4)]
-    hs = [make_sweeper(bouncer["QUEEN_BOUNCER_CONNINFO"], f"bq-{i}", fired=fired[i], apply_schema=False,
+    hs = [make_sweeper(bouncer["QUEEN_BOUNCER_SWEEPER_CONNINFO"], f"bq-{i}", fired=fired[i], apply_schema=False,
                        pool_size=4) for i in range(4)]
     try:
         for h in hs:
             h.start()
         wait_for(lambda: _left(q, queue) == 0, 180, 0.05, "the timers to drain through the bouncer")
         wait_for(lambda: sum(f.total() for f in fired) == 8000, 30, 0.05, "every fire announced")
+        # The server connections the bouncer opened for this database (the superuser's own direct
+        # one aside) belong to the least-privilege roles; one left idle in the pool by the
+        # superuser's schema apply (conftest.py) may still be there.
+        rows = q.q("SELECT usename, state FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                   " AND datname = current_database() AND pid <> pg_backend_pid()")
+        assert any(u == "queen_test_sweeper" for u, _s in rows), rows
+        assert all(u in ("queen_test_sweeper", "queen_test_broker") or st == "idle" for u, st in rows), rows
         stats = [h.stats() for h in hs]
         print("\n[bouncer exactly-once] fired per sweeper: "
               + ", ".join(f"{h.name}={s['fired_total']} (calls failed {s['pool']['calls_failed_total']}, "
@@ -59,16 +71,16 @@ def test_four_sweepers_exactly_once_through_the_bouncer(bouncer, direct_conninfo
     finally:
         for h in hs:
             assert_clean_stop(h)
-        q.conn.close()
+        close_queen(q)
 
 
 def test_nothing_the_plugin_sets_leaks_to_the_next_client(bouncer, direct_conninfo):
     # A sweeper has just used every server connection of the pool (the test above, and
     # this short run to be sure of it).
-    q = Queen(connect(direct_conninfo))
+    q = queen(bouncer, direct_conninfo)
     queue = f"bouncer-leak-{uuid.uuid4().hex[:8]}"
     _schedule(q, queue, 2000, 10)
-    hs = [make_sweeper(bouncer["QUEEN_BOUNCER_CONNINFO"], f"leak-{i}", apply_schema=False) for i in range(2)]
+    hs = [make_sweeper(bouncer["QUEEN_BOUNCER_SWEEPER_CONNINFO"], f"leak-{i}", apply_schema=False) for i in range(2)]
     for h in hs:
         h.start()
     try:
@@ -87,7 +99,10 @@ def test_nothing_the_plugin_sets_leaks_to_the_next_client(bouncer, direct_connin
     # hold every server connection of the pool at once.
     # application_name is a startup parameter the bouncer tracks: a client that sends its
     # own gets its own on whichever server connection it lands.
-    clients = [connect(bouncer["QUEEN_BOUNCER_CONNINFO"] + " application_name=plain-client", autocommit=False)
+    # The clients log in as the sweepers' role: the bouncer pools per user, so only they can
+    # land on the server connections the sweepers used.
+    clients = [connect(bouncer["QUEEN_BOUNCER_SWEEPER_CONNINFO"] + " application_name=plain-client",
+                       autocommit=False)
                for _ in range(bouncer["POOL"])]
     try:
         seen_pids = set()
@@ -116,11 +131,11 @@ def test_nothing_the_plugin_sets_leaks_to_the_next_client(bouncer, direct_connin
         for c in clients:
             c.rollback()
             c.close()
-        q.conn.close()
+        close_queen(q)
 
 
 def test_claim_fire_release_prune_rollup_through_the_bouncer(bouncer, direct_conninfo):
-    q = Queen(connect(direct_conninfo))
+    q = queen(bouncer, direct_conninfo)
     ns = f"bouncer-kv-{uuid.uuid4().hex[:8]}"
     q.q("INSERT INTO queen.kv (tenant_id, namespace, key, value, expires_at)"
         " SELECT %s::uuid, %s, 'k' || g, jsonb_build_object('n', g), now() - interval '1 minute'"
@@ -130,7 +145,7 @@ def test_claim_fire_release_prune_rollup_through_the_bouncer(bouncer, direct_con
     fired = FiredLog()
     # One timer per fire call (1 KiB cap, 600 incompressible bytes each), so a stop mid-claim has
     # claims left to hand back.
-    h = make_sweeper(bouncer["QUEEN_BOUNCER_CONNINFO"], "bouncer-phases", fired=fired, apply_schema=False,
+    h = make_sweeper(bouncer["QUEEN_BOUNCER_SWEEPER_CONNINFO"], "bouncer-phases", fired=fired, apply_schema=False,
                      kv_expire_every_ms=100, kv_usage_every_ms=200, sweeper_max_fire_bytes=1024)
     lock = None
     try:
@@ -165,16 +180,16 @@ def test_claim_fire_release_prune_rollup_through_the_bouncer(bouncer, direct_con
             lock.close()
         assert_clean_stop(h)
         q.q("DELETE FROM queen.log_timers WHERE queue = %s", (queue,))
-        q.conn.close()
+        close_queen(q)
 
 
 def test_chaos_terminated_backends_and_a_bouncer_restart(bouncer, direct_conninfo):
-    q = Queen(connect(direct_conninfo))
+    q = queen(bouncer, direct_conninfo)
     queue = f"bouncer-chaos-{uuid.uuid4().hex[:8]}"
     n = 6000
     txns = _schedule(q, queue, n, 30, spread_ms=4000)
     fired = [FiredLog() for _ in range(3)]
-    hs = [make_sweeper(bouncer["QUEEN_BOUNCER_CONNINFO"], f"bchaos-{i}", fired=fired[i], apply_schema=False,
+    hs = [make_sweeper(bouncer["QUEEN_BOUNCER_SWEEPER_CONNINFO"], f"bchaos-{i}", fired=fired[i], apply_schema=False,
                        sweeper_lease_ms=30000) for i in range(3)]
     try:
         for h in hs:
@@ -204,4 +219,4 @@ def test_chaos_terminated_backends_and_a_bouncer_restart(bouncer, direct_conninf
     finally:
         for h in hs:
             assert_clean_stop(h)
-        q.conn.close()
+        close_queen(q)

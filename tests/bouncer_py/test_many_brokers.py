@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bouncerkit import Queen, admin, connect, delivered_once, op_schedule, wait_for
+from bouncerkit import admin, close_queen, delivered_once, op_schedule, queen, wait_for
 
 BROKERS = 16
 N = 16_000
@@ -36,7 +36,7 @@ def _counts(bouncer):
 
 
 def test_sixteen_brokers_through_a_pool_of_four(bouncer, direct_conninfo):
-    q = Queen(connect(direct_conninfo))
+    q = queen(bouncer, direct_conninfo)
     queue = f"many-brokers-{uuid.uuid4().hex[:8]}"
     txns = [f"txn-{i:05d}" for i in range(N)]
     q.schedule([op_schedule(queue, f"k{i:05d}", b"m%05d" % i, partition=f"p{i % 64:02d}",
@@ -52,7 +52,7 @@ def test_sixteen_brokers_through_a_pool_of_four(bouncer, direct_conninfo):
             # first brokers to grow take a 16,000-timer backlog in a few 2,000-row claims
             # (seen: two of 16 fired nothing, every call of theirs answered).
             procs.append(subprocess.Popen([sys.executable, str(HERE / "broker_proc.py"), "--broker-id", f"mb-{i:02d}",
-                                           "--stats", f, "--conninfo", bouncer["QUEEN_BOUNCER_CONNINFO"],
+                                           "--stats", f, "--conninfo", bouncer["QUEEN_BOUNCER_SWEEPER_CONNINFO"],
                                            "--knob", "sweeper_claim_batch_max=200"],
                                           stderr=subprocess.PIPE, text=True))
         wait_for(lambda: all(_stats(f) for f in files), 60, 0.1, "every broker's first stats")
@@ -92,6 +92,6 @@ def test_sixteen_brokers_through_a_pool_of_four(bouncer, direct_conninfo):
         for p in procs:
             if p.returncode not in (0, -15):
                 print(p.stderr.read()[-2000:])
-        q.conn.close()
+        close_queen(q)
     stopped = [_stats(f) for f in files]
     assert all(s["state"] == "stopped" and s["teardown_clean"] for s in stopped), [s["state"] for s in stopped]

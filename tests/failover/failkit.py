@@ -47,6 +47,12 @@ def closed_port():
     return port
 
 
+def as_user(conninfo, user):
+    """The same conninfo logged in as another role."""
+    out, n = re.subn(r"\buser=\S+", f"user={user}", conninfo)
+    return out if n else f"{conninfo} user={user}"
+
+
 def connect(conninfo, autocommit=True):
     conn = psycopg2.connect(conninfo)
     conn.autocommit = autocommit

@@ -2,12 +2,15 @@
 lands on a standby, and a primary SIGKILLed mid-run with its synchronous standby promoted.
 
 The pair (tests/pgpair) is shared by the tests of this module, in order: the standby test
-needs the standby still a standby, the failover test kills the primary last.
+needs the standby still a standby, the failover test kills the primary last. Every sweeper
+logs in as queen_test_sweeper and every timer is scheduled as queen_test_broker (conftest.py);
+the superuser's connections only inspect.
 """
 
 import threading
 import time
 import uuid
+from collections import Counter
 
 from failkit import (TENANT_A, FiredLog, Queen, assert_clean_stop, closed_port, connect, delivered_once,
                      make_sweeper, op_schedule, sh, ROOT, wait_for, wait_schema)
@@ -18,14 +21,24 @@ PARTITIONS = 40
 LEASE_MS = 30_000  # the default: what a failover would cost without the hand-back
 
 
+def _queen(pair):
+    """Inspection as the superuser, scheduling as the broker role, both on the primary."""
+    return Queen(connect(pair["QUEEN_PAIR_CONNINFO"]), broker=connect(pair["QUEEN_PAIR_BROKER_CONNINFO"]))
+
+
+def _close(q):
+    q.broker.close()
+    q.conn.close()
+
+
 def test_dead_first_host_connects_to_the_next(pair):
     # Any server will do behind the closed port; the pair's primary is at hand.
     port = closed_port()
     ci = (f"host=127.0.0.1,127.0.0.1 port={port},{pair['QUEEN_PAIR_PRIMARY_PORT']} "
-          "user=postgres dbname=postgres")
+          "user=queen_test_sweeper dbname=postgres")
     fired = FiredLog()
     h = make_sweeper(ci, "dead-first-host", fired=fired, connect_timeout_ms=5000)
-    q = Queen(connect(pair["QUEEN_PAIR_CONNINFO"]))
+    q = _queen(pair)
     try:
         h.start()
         wait_schema(q)
@@ -40,17 +53,17 @@ def test_dead_first_host_connects_to_the_next(pair):
         assert delivered_once(q, queue, txns) == 50
     finally:
         assert_clean_stop(h)
-        q.conn.close()
+        _close(q)
 
 
 def test_standby_only_never_spends_an_attempt(pair):
-    q = Queen(connect(pair["QUEEN_PAIR_CONNINFO"]))
+    q = _queen(pair)
     queue = f"standby-{uuid.uuid4().hex[:8]}"
     q.schedule([op_schedule(queue, f"k{i}", b"x", partition="p0") for i in range(30)])
     # The standby has replayed them (synchronous standby: the commit waited for it).
     sq = Queen(connect(pair["QUEEN_PAIR_STANDBY_CONNINFO"]))
     assert sq.one("SELECT count(*) FROM queen.log_timers WHERE queue = %s", (queue,)) == 30
-    h = make_sweeper(pair["QUEEN_PAIR_STANDBY_CONNINFO"], "standby-only", apply_schema=False)
+    h = make_sweeper(pair["QUEEN_PAIR_STANDBY_SWEEPER_CONNINFO"], "standby-only", apply_schema=False)
     try:
         h.start()
         # Let it try for a while: connects, is refused read-write, reconnects.
@@ -76,18 +89,18 @@ def test_standby_only_never_spends_an_attempt(pair):
         sq.conn.close()
     # Pointed at both hosts, a sweeper finds the primary and fires them.
     fired = FiredLog()
-    h2 = make_sweeper(pair["QUEEN_PAIR_CONNINFO"], "both-hosts", fired=fired, apply_schema=False)
+    h2 = make_sweeper(pair["QUEEN_PAIR_SWEEPER_CONNINFO"], "both-hosts", fired=fired, apply_schema=False)
     try:
         h2.start()
         wait_for(lambda: q.one("SELECT count(*) FROM queen.log_timers WHERE queue = %s", (queue,)) == 0, 60, 0.05,
                  "the timers fired on the primary")
     finally:
         assert_clean_stop(h2)
-        q.conn.close()
+        _close(q)
 
 
 def test_primary_killed_standby_promoted_every_timer_once(pair):
-    q = Queen(connect(pair["QUEEN_PAIR_CONNINFO"]))
+    q = _queen(pair)
     queue = f"failover-{uuid.uuid4().hex[:8]}"
     txns = [f"txn-{i:05d}" for i in range(N_FAILOVER)]
     ops = [op_schedule(queue, f"k{i:05d}", b"payload-%05d" % i, partition=f"p{i % PARTITIONS:02d}",
@@ -96,10 +109,10 @@ def test_primary_killed_standby_promoted_every_timer_once(pair):
     q.schedule(ops)
     print(f"\n[failover] scheduled {N_FAILOVER} timers in {time.monotonic() - t0:.1f}s, due over "
           f"{SPREAD_MS / 1000:.0f}s")
-    q.conn.close()
+    _close(q)
 
     fired = [FiredLog() for _ in range(4)]
-    hs = [make_sweeper(pair["QUEEN_PAIR_CONNINFO"], f"fo-{i}", fired=fired[i], apply_schema=False,
+    hs = [make_sweeper(pair["QUEEN_PAIR_SWEEPER_CONNINFO"], f"fo-{i}", fired=fired[i], apply_schema=False,
                        connect_timeout_ms=3000, sweeper_lease_ms=LEASE_MS) for i in range(4)]
     for h in hs:
         h.start()
@@ -129,7 +142,21 @@ def test_primary_killed_standby_promoted_every_timer_once(pair):
                       f"failover {st['failover']}\n{h.log_text(15)}")
             raise
         wait_for(lambda: fired_so_far() >= N_FAILOVER, 30, 0.05, "every fired timer announced")
+        # The sweepers are on the new primary as the least-privilege role, and only as it.
+        users = {r[0] for r in nq.q("SELECT usename FROM pg_stat_activity WHERE application_name = 'queen-sweeper'")}
+        assert users == {"queen_test_sweeper"}, users
         last_fire = max(c[0] for f in fired for c in f.snapshot())
+        # Every sweeper back on the new primary with nothing parked or in doubt. The others may
+        # drain every timer while one still waits in its reconnect backoff (seen: one of four
+        # still on the old server, a fire in doubt, when the last timer fired).
+        new_primary = f"127.0.0.1:{pair['QUEEN_PAIR_STANDBY_PORT']}"
+
+        def settled():
+            fos = [h.stats()["failover"] for h in hs]
+            return all(fo["server"] == new_primary and fo["in_doubt"]["pending"] == 0 and fo["parked_claims"] == 0
+                       for fo in fos)
+
+        wait_for(settled, 30, 0.05, "every sweeper settled on the new primary")
         stats = [h.stats() for h in hs]
         gap_ms = (last_fire - killed_at) * 1000
         print(f"[failover] kill -> last timer fired: {gap_ms:.0f} ms (lease {LEASE_MS} ms: "
@@ -147,9 +174,12 @@ def test_primary_killed_standby_promoted_every_timer_once(pair):
         assert nq.one("SELECT count(*) FROM queen.log_dlq WHERE queue = %s", (queue,)) == 0
         assert nq.one("SELECT count(*) FROM queen.log_timers WHERE queue = %s", (queue,)) == 0
         # The host heard of every timer exactly once, in-doubt fires included.
-        assert sum(f.total() for f in fired) == N_FAILOVER, [f.total() for f in fired]
+        announced_segs = Counter((c[2], c[3], c[5]) for f in fired for c in f.snapshot())
+        twice = [(k, n) for k, n in announced_segs.items() if n > 1]
+        assert sum(f.total() for f in fired) == N_FAILOVER, (
+            [f.total() for f in fired], f"{len(twice)} segments announced more than once, e.g. {twice[:3]}",
+            [(h.name, st["failover"]["in_doubt"], st["failover"]["handed_back_total"]) for h, st in zip(hs, stats)])
         assert sum(st["fired_total"] for st in stats) == N_FAILOVER, [st["fired_total"] for st in stats]
-        new_primary = f"127.0.0.1:{pair['QUEEN_PAIR_STANDBY_PORT']}"
         for h, st in zip(hs, stats):
             fo = st["failover"]
             assert fo["server"] == new_primary, (h.name, fo)

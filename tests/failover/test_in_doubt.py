@@ -35,7 +35,8 @@ LEASE_MS = 60_000
 
 def _setup(private_pg, name):
     ci = private_pg["QUEEN_TEST_CONNINFO"]
-    q = Queen(connect(ci))
+    # Inspection and setup as the superuser, scheduling as the broker role.
+    q = Queen(connect(ci), broker=connect(private_pg["QUEEN_TEST_BROKER_CONNINFO"]))
     queue = f"in-doubt-{name}-{uuid.uuid4().hex[:8]}"
     part_id = q.provision("00000000-0000-0000-0000-000000000001", queue, "p0")
     fired = FiredLog()
@@ -94,6 +95,7 @@ def test_fire_lost_before_commit_is_handed_back_and_fired_once(private_pg):
         assert sum(c[4] for c in fired.snapshot()) == N
     finally:
         assert_clean_stop(h)
+        q.broker.close()
         q.conn.close()
 
 
@@ -148,4 +150,5 @@ def test_fire_committed_but_answer_lost_is_announced(private_pg):
         finally:
             admin.close()
             assert_clean_stop(h)
+            q.broker.close()
             q.conn.close()
