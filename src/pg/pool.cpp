@@ -162,16 +162,30 @@ void Pool::fail_connection_waiters(const std::string &why) {
     if (!conn_waiters_.empty()) fail_connection_waiters(why);
 }
 
-void Pool::on_ready(PgConn &) {
+void Pool::on_ready(PgConn &ready) {
     ++connects_total_;
     consecutive_failures_ = 0;
+    down_since_ms_ = 0;
     if (!db_up_) {
         db_up_ = true;
         if (down_logged_ || !ever_up_) log_.info("database connection up");
+        const bool was_down = ever_up_;
         ever_up_ = true;
         down_logged_ = false;
+        // The others are waiting out a backoff: the database answers, so try them now.
+        for (auto &o : conns_)
+            if (o.get() != &ready && o->state() == PgConn::State::down) o->connect_after(0);
+        if (was_down && opts_.on_up) opts_.on_up();
     }
     dispatch();
+}
+
+int64_t reconnect_delay_ms(int failures, int64_t outage_ms, double jitter) {
+    const int shift = std::clamp(failures, 0, 7);
+    const int64_t cap = outage_ms < 30000 ? 250 : 5000;
+    const int64_t base = std::min<int64_t>(cap, int64_t(50) << shift);
+    if (!(jitter >= 0.0 && jitter <= 1.0)) jitter = 0.0;
+    return std::max<int64_t>(25, base / 2 + static_cast<int64_t>(jitter * static_cast<double>(base / 2)));
 }
 
 void Pool::on_broken(PgConn &c, const std::string &why, bool while_connecting) {
@@ -201,13 +215,12 @@ void Pool::on_broken(PgConn &c, const std::string &why, bool while_connecting) {
         c.connect_after(0);
         return;
     }
-    // Exponential backoff with jitter while the server keeps refusing: 50 ms after
-    // the first refusal, up to 5 s.
+    // Exponential backoff with jitter while the server keeps refusing (reconnect_delay_ms).
     static thread_local std::minstd_rand rng{std::random_device{}()};
-    int shift = std::min(consecutive_failures_, 7);
-    int64_t base = std::min<int64_t>(5000, int64_t(50) << shift);
-    int64_t delay = base / 2 + static_cast<int64_t>(rng() % static_cast<uint64_t>(base / 2 + 1));
-    c.connect_after(delay);
+    const uint64_t now = uv_now(loop_);
+    if (down_since_ms_ == 0) down_since_ms_ = now;
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    c.connect_after(reconnect_delay_ms(consecutive_failures_, static_cast<int64_t>(now - down_since_ms_), jitter(rng)));
 }
 
 void Pool::shutdown(const std::string &why) {

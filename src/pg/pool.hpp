@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,12 +24,22 @@ enum class Lane { push = 0, pop = 1, ack = 2, maint = 3 };
 constexpr int kLaneCount = 4;
 const char *lane_name(Lane l);
 
+// The delay before the next attempt to connect after `failures` refused attempts in a row,
+// an outage `outage_ms` old, jitter in [0, 1]: doubling from 50 ms, capped at 250 ms for the
+// first 30 s of an outage (a failover: Patroni's new primary accepts writes a few seconds
+// after the old one went, and every second of backoff past that is the sweeper's own gap)
+// and at 5 s after it (a database that is down for long is not hammered). Never below 25 ms.
+int64_t reconnect_delay_ms(int failures, int64_t outage_ms, double jitter);
+
 struct PoolOptions {
     std::string conninfo;
     int pool_size = 4;
     std::array<int, kLaneCount> lane_slots{4, 4, 4, 4};
     int64_t connect_timeout_ms = 10000;
     int64_t stmt_timeout_ms = 30000;
+    // Called on the loop thread when the database answers again after being down, so the
+    // caller can cut a backoff short instead of waiting it out.
+    std::function<void()> on_up;
 };
 
 struct PoolFigures {
@@ -94,6 +105,7 @@ private:
     bool down_logged_ = false;
     bool shut_ = false;
     int consecutive_failures_ = 0;
+    uint64_t down_since_ms_ = 0;  // loop clock of the first refused attempt of this outage
     std::string last_error_;
     int64_t connects_total_ = 0, disconnects_total_ = 0, deadline_cancels_total_ = 0;
     int64_t calls_total_ = 0, calls_failed_total_ = 0, max_slot_wait_ms_ = 0;

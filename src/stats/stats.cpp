@@ -488,6 +488,13 @@ std::string Stats::to_prometheus() {
             .sample(fo.parked_claims);
         m.family("failover_handed_back_total", "counter", "Claims of lost calls handed back after reconnecting.")
             .sample(fo.handed_back_total);
+        m.family("failover_recent_fires_checked_total", "counter",
+                 "Announced segments looked for on the new server after a failover.")
+            .sample(fo.recent_fires_checked_total);
+        m.family("failover_recent_fires_lost_total", "counter",
+                 "Timers announced through on_fired that the new primary lacked after a failover "
+                 "(asynchronous replication): they fire again.")
+            .sample(fo.recent_fires_lost_total);
         m.family("failover_lost_claims_total", "counter", "Claim calls sent whose answer was lost.")
             .sample(fo.lost_claims_total);
         m.family("failover_lost_claims_pending", "gauge", "Lost claims not handed back yet (remembered by id).")

@@ -94,6 +94,8 @@ struct FailoverFigures {
     int64_t lost_claims_total = 0;              // claim calls sent whose answer was lost
     int64_t lost_claims_pending = 0;            // ... not handed back yet (remembered by id)
     int64_t lost_claims_handed_back_total = 0;  // timers of those handed back after reconnecting
+    int64_t recent_fires_checked_total = 0;  // announced segments looked for on a new server after a failover
+    int64_t recent_fires_lost_total = 0;     // ... timers of those it lacked (asynchronous replication)
 
     nlohmann::json to_json() const {
         return {{"lost_total", lost_total},
@@ -110,6 +112,8 @@ struct FailoverFigures {
                 {"read_only_total", read_only_total},
                 {"parked_claims", parked_claims},
                 {"handed_back_total", handed_back_total},
+                {"recent_fires_checked_total", recent_fires_checked_total},
+                {"recent_fires_lost_total", recent_fires_lost_total},
                 {"lost_claims", {{"total", lost_claims_total},
                                  {"pending", lost_claims_pending},
                                  {"handed_back_total", lost_claims_handed_back_total}}},

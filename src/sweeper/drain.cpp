@@ -549,6 +549,7 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
     for (auto &[s, base] : fired_notes) {
         const PackedSegment &seg = batch.segments[s];
         ctx_.announce(seg.tenant, seg.queue, seg.partition, seg.count, base);
+        recovery_.remember_fired(rows, seg, base);
     }
     ctx_.publish_pool();  // a long drain still shows its pool figures as it goes
     // A row the fire could not lock is not necessarily lost to us: another broker's claim

@@ -20,6 +20,93 @@ Task<void> Recovery::run() {
     }
     if (!lost_claims_.empty()) co_await hand_back_lost_claims();
     if (!parked_.empty()) co_await resolve_parked();
+    if (!to_check_.empty()) co_await check_recent_fires();
+}
+
+size_t Recovery::Announced::bytes() const {
+    size_t n = hashes.size() + sizeof(Announced);
+    for (const RowRef &r : rows) n += r.timer_key.size() + r.claim_token.size() + sizeof(RowRef);
+    return n;
+}
+
+void Recovery::remember_fired(const std::vector<ClaimedTimer> &rows, const PackedSegment &seg, int64_t base_offset) {
+    Announced a{seg.tenant, seg.queue, seg.partition, seg.hashes, seg.count, base_offset, ctx_.now(), {}};
+    a.rows.reserve(seg.rows.size());
+    for (size_t idx : seg.rows) a.rows.push_back(row_ref(rows[idx]));
+    const size_t bytes = a.bytes();
+    // Bounded in time and in bytes: the oldest go first.
+    while (!announced_.empty() && (a.at_mono - announced_.front().at_mono > kAnnouncedWindowMs ||
+                                   announced_bytes_ + bytes > kAnnouncedMaxBytes)) {
+        announced_bytes_ -= announced_.front().bytes();
+        announced_.pop_front();
+    }
+    announced_bytes_ += bytes;
+    announced_.push_back(std::move(a));
+}
+
+// After a failover: the fires announced in the last seconds on the old server, looked for
+// in the new one's log (the same segment at the same offset, as the in-doubt check finds
+// it). With an asynchronous standby a commit the old primary acknowledged may never have
+// reached it: that fire is gone, its timers are due again and fire again, and the host
+// heard of them twice. The sweeper cannot prevent it; it says how many.
+Task<void> Recovery::check_recent_fires() {
+    std::vector<Announced> look = std::move(to_check_);
+    to_check_.clear();
+    std::vector<int64_t> seg_i;
+    std::vector<std::string> tenants, queues;
+    std::vector<std::string_view> hashes;
+    for (size_t i = 0; i < look.size(); ++i) {
+        seg_i.push_back(static_cast<int64_t>(i));
+        tenants.push_back(look[i].tenant);
+        queues.push_back(look[i].queue);
+        hashes.emplace_back(look[i].hashes);
+    }
+    Query q;
+    q.sql = sql::kInDoubt;
+    q.params = {text_param(pg_int_array(seg_i)), text_param(pg_text_array(tenants)), text_param(pg_text_array(queues)),
+                binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid), text_param(pg_int_array({})),
+                text_param(pg_text_array({}))};
+    q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
+    PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
+    if (!r.ok || r.rows() != static_cast<int>(look.size())) {
+        if (r.ok) r.message = "the check of recent fires answered " + std::to_string(r.rows()) + " rows";
+        ctx_.note_error("check of recent fires", r);
+        co_return;
+    }
+    int64_t lost_timers = 0, lost_segments = 0;
+    std::vector<RowRef> back;  // a lost fire's claim may have reached the standby: hand it back
+    for (int i = 0; i < r.rows(); ++i) {
+        int64_t at = -1, base = -1;
+        using C = sql::InDoubtCol;
+        if (!parse_i64(r.get(i, static_cast<int>(C::seg)), at) || at < 0 || static_cast<size_t>(at) >= look.size())
+            continue;
+        if (!r.is_null(i, static_cast<int>(C::base_offset))) parse_i64(r.get(i, static_cast<int>(C::base_offset)), base);
+        const Announced &a = look[static_cast<size_t>(at)];
+        if (base != a.base) {
+            lost_timers += a.count;
+            ++lost_segments;
+            back.insert(back.end(), a.rows.begin(), a.rows.end());
+        }
+    }
+    r = PgResult{};
+    // Their rows may still carry this sweeper's claim on the new primary (the claim was
+    // replicated, the fire was not): token-matched, they go back and fire at once instead
+    // of after the lease. A row nobody holds, or someone else's, is left alone.
+    std::optional<int64_t> released = co_await release_rows(ctx_, back, ctx_.cfg.stmt_timeout_ms, "hand-back of lost fires");
+    {
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        ctx_.stats.f.failover.recent_fires_checked_total += static_cast<int64_t>(look.size());
+        ctx_.stats.f.failover.recent_fires_lost_total += lost_timers;
+        if (released) {
+            ctx_.stats.f.failover.handed_back_total += *released;
+            ctx_.stats.f.released_total += *released;
+        }
+    }
+    if (lost_timers > 0)
+        ctx_.log.warn(std::to_string(lost_timers) + " timer(s) in " + std::to_string(lost_segments) +
+                      " segment(s) announced through on_fired shortly before the failover are not in the new "
+                      "primary's log: lost in the failover (the standby was asynchronous and had not replayed "
+                      "their commit). They are due again and fire again: the host hears of them twice");
 }
 
 // Every connection the pool lost may mean another server now: identify it again. A loss
@@ -183,6 +270,13 @@ Task<bool> Recovery::identify_server() {
     }
     const bool again = awaiting_resume_ && !reconnected_since_loss_;
     reconnected_since_loss_ = true;
+    if (!before.empty() && before != server) {
+        // A failover: what was announced on the old server in the last seconds is looked
+        // for on the new one (check_recent_fires).
+        to_check_.assign(announced_.begin(), announced_.end());
+        announced_.clear();
+        announced_bytes_ = 0;
+    }
     if (before.empty()) ctx_.log.info("connected to " + server);
     else if (before != server) ctx_.log.warn("connected to " + server + " (was " + before + "): the database failed over");
     else if (again) ctx_.log.info("connected to " + server + " again");

@@ -12,6 +12,7 @@
 // the first fire after it (the stats' failover object).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ public:
     void note_server_clock(int64_t server_now_unix_ms, uint64_t sent_mono, uint64_t got_mono);
     // Fires committed: the first after a loss dates the resumption.
     void note_fired(int64_t timers);
+    // A segment announced through on_fired (its commit seen): remembered for a few seconds,
+    // so that after a failover to an asynchronous standby the sweeper can tell the host
+    // which announced fires the new primary does not have (lost with the old one).
+    void remember_fired(const std::vector<ClaimedTimer> &rows, const PackedSegment &seg, int64_t base_offset);
     // At a graceful stop: whatever is parked is released with every other held claim.
     void forget_parked() { parked_.clear(); }
     bool has_parked() const { return !parked_.empty(); }
@@ -65,6 +70,14 @@ private:
     struct Seen {
         int64_t present = 0, unlocked = 0, base = -1;
     };
+    // An announced segment: what the check of recent fires looks for in the new primary.
+    struct Announced {
+        std::string tenant, queue, partition, hashes;
+        int64_t count = 0, base = -1;
+        uint64_t at_mono = 0;
+        std::vector<RowRef> rows;  // its timers and tokens: handed back if the fire was lost
+        size_t bytes() const;
+    };
     struct LostClaim {
         std::string id;
         int64_t lease_from_unix_ms = 0, lease_to_unix_ms = 0;
@@ -83,6 +96,7 @@ private:
     Task<void> hand_back_lost_claims();
     Task<void> resolve_parked();
     Task<void> release_parked_unchecked();  // a role that may not read the tables
+    Task<void> check_recent_fires();        // after a server change: announced fires it lacks
     Settled settle_checked(const std::vector<Seen> &seen);
     void drop_decided(const std::vector<size_t> &decided, int64_t released);
     void add_parked(ParkedFire pf, int64_t rows);
@@ -91,6 +105,11 @@ private:
     HeldClaims &held_;
     std::vector<ParkedFire> parked_;
     std::vector<LostClaim> lost_claims_;
+    std::deque<Announced> announced_;       // the last kAnnouncedWindowMs of announcements
+    size_t announced_bytes_ = 0;
+    std::vector<Announced> to_check_;       // announced before a server change, to look for
+    static constexpr uint64_t kAnnouncedWindowMs = 10000;
+    static constexpr size_t kAnnouncedMaxBytes = 8u << 20;
     int64_t server_now_unix_ms_ = 0;
     uint64_t server_now_sent_mono_ = 0, server_now_got_mono_ = 0;
     int64_t seen_disconnects_ = 0;

@@ -154,6 +154,9 @@ int Sweeper::start() {
                      static_cast<int>(cfg_.lane_ack_slots), static_cast<int>(cfg_.lane_maint_slots)};
     po.connect_timeout_ms = cfg_.connect_timeout_ms;
     po.stmt_timeout_ms = cfg_.stmt_timeout_ms;
+    // The database answers again after an outage (a failover): a cycle backing off for it
+    // goes at once instead of finishing its backoff.
+    po.on_up = [this] { on_pool_up(); };
     pool_ = std::make_unique<Pool>(&loop_, po, log_);
     ctx_ = std::make_unique<LoopContext>(LoopContext{cfg_, log_, stats_, *pool_, &loop_, stopping_, hard_stop_,
                                                      fired_fn_, fired_user_,
@@ -384,6 +387,15 @@ void Sweeper::on_wake_signal() {
         auto h = std::exchange(s->sleeper_, nullptr);
         if (h) h.resume();
     }, static_cast<uint64_t>(in), 0);
+}
+
+void Sweeper::on_pool_up() {
+    if (!sleeper_ || stopping_.load()) return;
+    const int64_t now = wall_now_ms();
+    int64_t hint = wake_hint_.load();
+    while (now < hint && !wake_hint_.compare_exchange_weak(hint, now)) {
+    }
+    on_wake_signal();
 }
 
 void Sweeper::on_stop_signal() {

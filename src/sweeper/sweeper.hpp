@@ -101,6 +101,7 @@ private:
     bool ring(uv_async_t *doorbell) noexcept;
     void on_wake_signal();
     void on_stop_signal();
+    void on_pool_up();  // the pool found the database again: cut the backoff short
     void publish_pool();
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);

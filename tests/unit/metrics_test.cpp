@@ -286,6 +286,8 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"failover.parked_claims", "queen_sweeper_failover_parked_claims"},
         {"failover.handed_back_total", "queen_sweeper_failover_handed_back_total"},
         {"failover.lost_claims.total", "queen_sweeper_failover_lost_claims_total"},
+        {"failover.recent_fires_checked_total", "queen_sweeper_failover_recent_fires_checked_total"},
+        {"failover.recent_fires_lost_total", "queen_sweeper_failover_recent_fires_lost_total"},
         {"failover.lost_claims.pending", "queen_sweeper_failover_lost_claims_pending"},
         {"failover.lost_claims.handed_back_total", "queen_sweeper_failover_lost_claims_handed_back_total"},
         {"failover.in_doubt.fires_total", "queen_sweeper_failover_in_doubt_fires_total"},
