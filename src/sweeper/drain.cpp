@@ -556,7 +556,18 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
     // may have held it for an instant (SKIP LOCKED) while our token is still on it. Hand
     // such rows back now, token-matched, instead of leaving them to the lease.
     if (stale_unheld > 0 && !ctx_.hard_stop.load()) co_await hand_back(rows, stale_rows, stale_unheld, "stale rows");
-    if (!busy.segments.empty()) keep(rows, std::move(busy), plan, plan.tries);
+    if (busy.segments.empty()) co_return;
+    if (plan.tries == 0 && !ctx_.stopping.load()) {
+        // Try 0: at once, waiting a little for the partition (busy_retry(0)).
+        const BusyRetry r = busy_retry(0);
+        CallPlan again = plan;
+        again.wait = r.wait;
+        again.lock_wait_ms = r.lock_wait_ms;
+        again.tries = 1;
+        co_await fire_batch(rows, busy, again);
+        co_return;
+    }
+    keep(rows, std::move(busy), plan, std::max<int64_t>(plan.tries, 1));
 }
 
 Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
@@ -596,7 +607,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
         recovery_.park_fire(rows, batch, !is_read_only(r) && !is_never_sent(r));
         co_return FireEnd::done;
     case FailedFire::busy:
-        keep(rows, std::move(batch), plan, plan.tries);
+        keep(rows, std::move(batch), plan, std::max<int64_t>(plan.tries, 1));
         co_return FireEnd::done;
     case FailedFire::hand_back:
         // A privilege or schema mistake (class 42) or our own error is never one timer's

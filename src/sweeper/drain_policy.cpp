@@ -40,9 +40,14 @@ CallBudget call_budget(uint64_t now_mono, uint64_t deadline_mono, int64_t stmt_t
 
 BusyRetry busy_retry(int64_t n) {
     BusyRetry r;
-    const int64_t k = std::clamp<int64_t>(n, 0, 4);
+    if (n <= 0) {  // at once, waiting a little: another broker's fire or a push lets go soon
+        r.wait = true;
+        r.lock_wait_ms = 100;
+        return r;
+    }
+    const int64_t k = std::clamp<int64_t>(n - 1, 0, 4);
     r.delay_ms = std::min<int64_t>(int64_t(100) << k, 1000);
-    r.wait = n >= 3;
+    r.wait = n >= 4;
     r.lock_wait_ms = r.wait ? 200 : 0;
     return r;
 }

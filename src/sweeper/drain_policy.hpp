@@ -59,15 +59,17 @@ CallBudget call_budget(uint64_t now_mono, uint64_t deadline_mono, int64_t stmt_t
 
 // ---- A partition someone else holds ------------------------------------------------------
 
-// Segments whose partition another transaction holds (a long push, another broker's
-// fire) come back "busy" and are kept, still claimed, to be tried again later while the
-// rest of the drain goes on; their partition is left out of the next claims meanwhile.
-// The plan for the n-th retry (n = 0 for the first): after delay_ms; the first three
-// skip a partition still held (wait false); later ones wait for it, but at most
-// lock_wait_ms, so a partition under a constant stream of short pushes still gets its
-// timers, and one held by a long transaction costs one short wait a second. Delays double
-// from 100 ms to 1 s: the calls a held partition costs stay under a few a second, and its
-// timers fire within a second of its release.
+// Segments whose partition another transaction holds come back "busy". Try 0 is at once
+// and waits for the partition, at most 100 ms: most holders are another broker's fire or a
+// push, which let go within that (brokers sharing a backlog then take turns on a partition
+// instead of colliding). A segment still busy after it is kept, still claimed, to be tried
+// again later while the rest of the drain goes on, and its partition is left out of the
+// next claims meanwhile (a long push, a forgotten transaction). Try n >= 1: after delay_ms,
+// doubling from 100 ms to 1 s; tries 1-3 skip a partition still held (wait false), later
+// ones wait for it at most lock_wait_ms (200), so a partition under a constant stream of
+// short pushes still gets its timers and one held by a long transaction costs one short
+// wait a second. A held partition costs a few calls a second, and its timers fire within
+// a second of its release.
 struct BusyRetry {
     int64_t delay_ms = 0;
     bool wait = false;

@@ -92,22 +92,24 @@ TEST(DrainPolicy, ACallNeverOutlivesItsClaimsDeadline) {
 }
 
 TEST(DrainPolicy, AHeldPartitionIsRetriedWithBackoffThenWithShortWaits) {
-    EXPECT_EQ(busy_retry(0).delay_ms, 100);
-    EXPECT_FALSE(busy_retry(0).wait);
-    EXPECT_EQ(busy_retry(1).delay_ms, 200);
-    EXPECT_EQ(busy_retry(2).delay_ms, 400);
-    EXPECT_FALSE(busy_retry(2).wait);
-    EXPECT_EQ(busy_retry(3).delay_ms, 800);
-    EXPECT_TRUE(busy_retry(3).wait);
-    EXPECT_EQ(busy_retry(3).lock_wait_ms, 200);
-    EXPECT_EQ(busy_retry(4).delay_ms, 1000);
+    EXPECT_EQ(busy_retry(0).delay_ms, 0);  // at once, a short wait: another broker's fire
+    EXPECT_TRUE(busy_retry(0).wait);
+    EXPECT_EQ(busy_retry(0).lock_wait_ms, 100);
+    EXPECT_EQ(busy_retry(-3).delay_ms, 0);
+    EXPECT_EQ(busy_retry(1).delay_ms, 100);
+    EXPECT_FALSE(busy_retry(1).wait);
+    EXPECT_EQ(busy_retry(2).delay_ms, 200);
+    EXPECT_EQ(busy_retry(3).delay_ms, 400);
+    EXPECT_FALSE(busy_retry(3).wait);
+    EXPECT_EQ(busy_retry(4).delay_ms, 800);
+    EXPECT_TRUE(busy_retry(4).wait);
+    EXPECT_EQ(busy_retry(4).lock_wait_ms, 200);
+    EXPECT_EQ(busy_retry(5).delay_ms, 1000);
     EXPECT_EQ(busy_retry(1000000).delay_ms, 1000);
     EXPECT_TRUE(busy_retry(1000000).wait);
-    EXPECT_EQ(busy_retry(-3).delay_ms, 100);
-    EXPECT_FALSE(busy_retry(-3).wait);
     // Bounded calls while a partition stays held: at most one per retry delay.
     int64_t calls_in_a_minute = 0, t = 0;
-    for (int64_t n = 0; t < 60000; ++n, ++calls_in_a_minute) t += busy_retry(n).delay_ms;
+    for (int64_t n = 1; t < 60000; ++n, ++calls_in_a_minute) t += busy_retry(n).delay_ms;
     EXPECT_LE(calls_in_a_minute, 64);  // about 1/s once the backoff is at its cap
 }
 
