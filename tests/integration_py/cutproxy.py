@@ -93,6 +93,12 @@ class CutProxy:
     def close(self):
         self.closing = True
         try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
             self.listener.close()
         except OSError:
             pass
+        for t in self.threads:  # each pump looks at `closing` every 0.2 s
+            t.join(2)
