@@ -1,7 +1,7 @@
 // The cycle of the design document, top to bottom:
 //   A. PROBE       one read-only call, one server now()
 //   B. DRAIN       claim and fire in the same iteration, under a lease budget
-//   C. SUB-CLOCKS  usage rollup, then KV prune, each on its own gate
+//   C. SUB-CLOCKS  usage rollup, then KV prune, each on its own gate (subclocks.hpp)
 //                  (the ephemeral backstop runs on its own timer: sweeper.cpp)
 //   D. SLEEP       due-driven, clamped, interruptible by the local wake
 #include <random>
@@ -224,12 +224,9 @@ Task<int64_t> Sweeper::cycle() {
         // the same way and add load where the fire is already waiting.
         int64_t ms = error_backoff_ms_;
         if (!last_error_transient_ && !stopping_.load()) {
-            bool kv_work = false;
-            co_await sub_clocks(shards, step, pressure_, kv_work);
-            const uint64_t now = uv_now(&loop_);
-            ms = std::min(ms, ms_until_next_gate());
-            if (kv_work && !prune_off_)
-                ms = std::min<int64_t>(ms, next_prune_mono_ > now ? static_cast<int64_t>(next_prune_mono_ - now) : 0);
+            const bool kv_work = co_await sub_clocks_->run(shards, step, pressure_);
+            ms = std::min(ms, sub_clocks_->ms_until_next_gate());
+            if (kv_work) ms = std::min(ms, sub_clocks_->ms_until_prune());
             ms = std::max<int64_t>(ms, 1);
         }
         {
@@ -278,7 +275,7 @@ Task<int64_t> Sweeper::cycle() {
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
-    if (!stopping_.load()) co_await sub_clocks(shards, step, prev_pressure, kv_work);
+    if (!stopping_.load()) kv_work = co_await sub_clocks_->run(shards, step, prev_pressure);
 
     // D. SLEEP
     if (outcome == CycleOutcome::idle && kv_work) {
@@ -294,7 +291,7 @@ Task<int64_t> Sweeper::cycle() {
     SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), slow_pressure_};
     // Never past a gate that is due, nor past the next try of a held partition's segments.
     const int64_t ms = std::max<int64_t>(
-        1, std::min({compute_sleep_ms(bands, in), ms_until_next_gate(), drain_->ms_until_kept_due()}));
+        1, std::min({compute_sleep_ms(bands, in), sub_clocks_->ms_until_next_gate(), drain_->ms_until_kept_due()}));
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;

@@ -1,5 +1,5 @@
 // Lifecycle, the wake, the sleep and the ephemeral backstop. The cycle itself
-// lives in cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp.
+// lives in cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp (with prune.cpp, rollup.cpp).
 #include "sweeper/sweeper.hpp"
 
 #include <algorithm>
@@ -165,6 +165,7 @@ int Sweeper::start() {
                                                      [this] { publish_pool(); }});
     recovery_ = std::make_unique<Recovery>(*ctx_, held_);
     drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_);
+    sub_clocks_ = std::make_unique<SubClocks>(phase_context());
     {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
@@ -514,6 +515,11 @@ void Sweeper::note_error(const std::string &phase, const PgResult &r) {
     stats_.f.last_error = msg;
     ++stats_.f.cycle_errors_total;
     ++stats_.f.phase_errors[static_cast<size_t>(error_phase_of(phase))][static_cast<size_t>(k)];
+}
+
+PhaseContext Sweeper::phase_context() {
+    return PhaseContext{cfg_, log_, stats_, *pool_, loop_, stopping_,
+                        [this](const std::string &phase, const PgResult &r) { note_error(phase, r); }};
 }
 
 // ---- Readiness and health ----------------------------------------------------------

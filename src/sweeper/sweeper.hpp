@@ -30,6 +30,7 @@
 #include "sweeper/ladder.hpp"
 #include "sweeper/recovery.hpp"
 #include "sweeper/sleep.hpp"
+#include "sweeper/subclocks.hpp"
 
 namespace qsw {
 
@@ -92,9 +93,6 @@ private:
     Task<ProbeResult> probe(const std::vector<int16_t> &shards);
     // Graceful stop: hands back every claim still held (after resolving lost fires).
     Task<void> release_held();
-    Task<bool> kv_prune(const std::vector<int16_t> &shards, bool &kv_work);
-    void phase_off_config(const char *phase, const PgResult &r);
-    Task<bool> usage_rollup(const std::vector<int16_t> &shards);
     Task<void> sleep_for(int64_t ms);
     void run_backstop();
     void schedule_backstop();
@@ -104,11 +102,9 @@ private:
     void on_pool_up();  // the pool found the database again: cut the backoff short
     void publish_pool();
     void note_error(const std::string &phase, const PgResult &r);
+    PhaseContext phase_context();  // what a phase object is handed (after the pool exists)
     void cycle_failed(const std::string &phase, const PgResult &r);
     int64_t cycle_crashed(const std::string &why);  // a cycle that threw: counted, the backoff returned
-    Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
-                          bool &kv_work);
-    int64_t ms_until_next_gate() const;
     static void backstop_wake(void *ctx, int64_t at_unix_ms);
 
     Config cfg_;
@@ -129,6 +125,8 @@ private:
     uv_timer_t sleep_timer_{};
     uv_timer_t backstop_timer_{};
     std::unique_ptr<Pool> pool_;
+    // The phases, each owning its state (made at start, once the pool exists).
+    std::unique_ptr<SubClocks> sub_clocks_;  // C. the usage rollup and the KV prune
 
     // The wake: the nearest locally committed instant since the last re-arm.
     std::atomic<int64_t> wake_hint_{INT64_MAX};
@@ -163,15 +161,11 @@ private:
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
-    bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
-    uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
-    double last_quota_ratio_ = 0;
     int64_t backstop_last_run_unix_ms_ = 0;
     bool fire_paused_logged_ = false;
     int64_t error_backoff_ms_ = 0;
     bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
     std::string last_logged_error_;
-    std::string shed_state_logged_ = "on/on";
     std::minstd_rand rng_;
     // The phases that own their state (drain.hpp, recovery.hpp), and the claims they share.
     HeldClaims held_;
