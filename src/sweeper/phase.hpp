@@ -6,6 +6,7 @@
 #include <uv.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -34,6 +35,11 @@ struct PhaseContext {
 // prune, the rollup) off for the life of the process: said once, with what it costs, and
 // counted. The fire keeps running (subclocks.cpp).
 void maintenance_phase_off(const PhaseContext &ctx, const char *phase, const PgResult &r);
+
+// The wall clock (unix ms): what the engine and the wake hints speak; the loop's own
+// monotonic clock is uv_now. Defined in sweeper.cpp.
+int64_t wall_now_ms();
+int64_t sat_sub(int64_t a, int64_t b);  // a - b, saturated
 
 // The loop clock (ms) until `at`, 0 once it has passed.
 inline int64_t ms_until(const uv_loop_t &loop, uint64_t at) {

@@ -24,6 +24,7 @@
 #include "pg/pool.hpp"
 #include "queen_sweeper.h"
 #include "stats/stats.hpp"
+#include "sweeper/backstop.hpp"
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain.hpp"
@@ -94,8 +95,6 @@ private:
     // Graceful stop: hands back every claim still held (after resolving lost fires).
     Task<void> release_held();
     Task<void> sleep_for(int64_t ms);
-    void run_backstop();
-    void schedule_backstop();
     bool ring(uv_async_t *doorbell) noexcept;
     void on_wake_signal();
     void on_stop_signal();
@@ -105,15 +104,12 @@ private:
     PhaseContext phase_context();  // what a phase object is handed (after the pool exists)
     void cycle_failed(const std::string &phase, const PgResult &r);
     int64_t cycle_crashed(const std::string &why);  // a cycle that threw: counted, the backoff returned
-    static void backstop_wake(void *ctx, int64_t at_unix_ms);
 
     Config cfg_;
     Logger log_;
     Stats stats_;
     queen_sweeper_fired_fn fired_fn_ = nullptr;
     void *fired_user_ = nullptr;
-    bool has_backstop_ = false;
-    queen_sweeper_backstop backstop_{};
 
     std::mutex life_mu_;  // serialises start/stop
     Phase phase_ = Phase::created;
@@ -121,17 +117,14 @@ private:
     uv_loop_t loop_{};
     uv_async_t wake_async_{};
     uv_async_t stop_async_{};
-    uv_async_t backstop_async_{};
     uv_timer_t sleep_timer_{};
-    uv_timer_t backstop_timer_{};
     std::unique_ptr<Pool> pool_;
+    Backstop backstop_;  // its own timer and doorbell, no connection: outside the cycle
     // The phases, each owning its state (made at start, once the pool exists).
     std::unique_ptr<SubClocks> sub_clocks_;  // C. the usage rollup and the KV prune
 
     // The wake: the nearest locally committed instant since the last re-arm.
     std::atomic<int64_t> wake_hint_{INT64_MAX};
-    std::atomic<int64_t> backstop_hint_{INT64_MAX};
-    std::atomic<int64_t> backstop_due_{INT64_MAX};  // earliest instant a backstop pass is owed at
     std::atomic<bool> accepting_wakes_{false};
     std::atomic<int> wakers_in_flight_{0};
 
@@ -161,7 +154,6 @@ private:
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
-    int64_t backstop_last_run_unix_ms_ = 0;
     bool fire_paused_logged_ = false;
     int64_t error_backoff_ms_ = 0;
     bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
@@ -173,9 +165,6 @@ private:
     std::unique_ptr<Recovery> recovery_;
     std::unique_ptr<Drain> drain_;
 };
-
-int64_t wall_now_ms();
-int64_t sat_sub(int64_t a, int64_t b);  // a - b, saturated
 
 // Test seams (integration tests link the core). The next cycle throws, as an internal error
 // would: contained, the loop goes on. The loop itself fails (outside any cycle, as its own
