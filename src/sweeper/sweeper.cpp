@@ -28,6 +28,7 @@ int64_t wall_now_ms() {
 Sweeper::Sweeper(Config cfg)
     : cfg_(std::move(cfg)),
       backstop_(log_, stats_, loop_, stopping_, [this](uv_async_t *doorbell) { return ring(doorbell); }),
+      readiness_(log_, stats_, stopping_),
       rng_(std::random_device{}()) {
     log_.set_level(cfg_.log_level_number());
     log_.set_stderr(cfg_.log_stderr);
@@ -143,6 +144,8 @@ int Sweeper::start() {
     recovery_ = std::make_unique<Recovery>(*ctx_, held_);
     drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_);
     sub_clocks_ = std::make_unique<SubClocks>(phase_context());
+    schema_ = std::make_unique<SchemaStep>(
+        phase_context(), readiness_, [this](int64_t ms) { return sleep_for(ms); }, [this] { publish_pool(); });
     {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
@@ -260,11 +263,7 @@ int Sweeper::stop(uint32_t timeout_ms) {
         if (stats_.f.state != "failed") stats_.f.state = "stopping";
     }
     stopping_.store(true);
-    {
-        // Under the mutex, so a waiter between its check and its wait cannot miss it.
-        std::lock_guard<std::mutex> r(ready_mu_);
-    }
-    ready_cv_.notify_all();
+    readiness_.wake_waiters();
     ring(&stop_async_);
     int rc = QUEEN_SWEEPER_OK;
     {
@@ -412,7 +411,7 @@ PhaseContext Sweeper::phase_context() {
                         [this](const std::string &phase, const PgResult &r) { note_error(phase, r); }};
 }
 
-// ---- Readiness and health ----------------------------------------------------------
+// ---- Readiness -------------------------------------------------------------------------
 
 int Sweeper::wait_ready(uint32_t timeout_ms) {
     {
@@ -425,77 +424,7 @@ int Sweeper::wait_ready(uint32_t timeout_ms) {
             return QUEEN_SWEEPER_ESTATE;
         }
     }
-    std::unique_lock<std::mutex> lk(ready_mu_);
-    const bool done = ready_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
-                                         [this] { return ready_ || stopping_.load(); });
-    if (done && ready_) return QUEEN_SWEEPER_OK;
-    lk.unlock();
-    if (done) {
-        set_last_error("queen_sweeper_wait_ready: the sweeper is stopping");
-        return QUEEN_SWEEPER_ESTATE;
-    }
-    std::string reason;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        reason = stats_.f.ready_reason;
-    }
-    set_last_error("queen_sweeper_wait_ready: not ready after " + std::to_string(timeout_ms) + " ms: " + reason);
-    return QUEEN_SWEEPER_ETIMEDOUT;
-}
-
-void Sweeper::set_schema_outcome(bool ok, const std::string &state, const std::string &reason) {
-    schema_ok_ = ok;
-    schema_reason_ = reason;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        stats_.f.schema_state = state;
-    }
-    update_ready();
-}
-
-void Sweeper::note_probe(bool ok) {
-    if (!ok || probe_done_) return;
-    probe_done_ = true;
-    update_ready();
-}
-
-void Sweeper::update_ready() {
-    // Ready is latched: it says start-up is complete. Whether the sweeper works now is
-    // `healthy`, which turns with every failing cycle.
-    bool now_ready = false;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        auto &f = stats_.f;
-        if (f.ready) return;
-        if (!schema_ok_) f.ready_reason = schema_reason_;
-        else if (!probe_done_)
-            f.ready_reason = "no probe has completed yet" + (f.last_error.empty() ? "" : ": last error: " + f.last_error);
-        else {
-            f.ready = true;
-            f.ready_reason.clear();
-            now_ready = true;
-        }
-    }
-    if (now_ready) {
-        {
-            std::lock_guard<std::mutex> r(ready_mu_);
-            ready_ = true;
-        }
-        ready_cv_.notify_all();
-        log_.info("sweeper ready");
-    }
-}
-
-void Sweeper::end_cycle_health() {
-    std::lock_guard<std::mutex> g(stats_.mu);
-    auto &f = stats_.f;
-    if (f.cycle_errors_total > errors_at_cycle_start_) {
-        ++f.failed_cycles_total;
-        ++f.consecutive_failed_cycles;
-    } else {
-        f.consecutive_failed_cycles = 0;
-    }
-    errors_at_cycle_start_ = f.cycle_errors_total;
+    return readiness_.wait(timeout_ms);
 }
 
 }  // namespace qsw

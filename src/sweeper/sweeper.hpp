@@ -29,7 +29,9 @@
 #include "sweeper/context.hpp"
 #include "sweeper/drain.hpp"
 #include "sweeper/ladder.hpp"
+#include "sweeper/readiness.hpp"
 #include "sweeper/recovery.hpp"
+#include "sweeper/schema_step.hpp"
 #include "sweeper/sleep.hpp"
 #include "sweeper/subclocks.hpp"
 
@@ -66,23 +68,6 @@ private:
     void teardown();
     void loop_failed(const std::string &why);
     Task<void> run();
-    Task<bool> apply_schema();
-    // The schema step at start: apply (skipped when the database already records this
-    // version) or only check the recorded version; sets schema_ok_ and the reason.
-    Task<void> prepare_schema();
-    struct SchemaVersion {
-        bool ok = false;       // the call answered
-        bool absent = false;   // no queen.schema_version_v1(): unversioned or no schema
-        int64_t version = -1;
-        PgResult error;
-    };
-    Task<SchemaVersion> read_schema_version();
-    // Readiness: schema step done and a probe completed; otherwise the reason.
-    void set_schema_outcome(bool ok, const std::string &state, const std::string &reason);
-    void note_probe(bool ok);
-    void update_ready();
-    void end_cycle_health();
-    std::string last_stats_error();
     Task<int64_t> cycle();  // returns the sleep that follows
     struct ProbeResult {
         bool ok = false;
@@ -133,16 +118,10 @@ private:
     std::mutex done_mu_;
     std::condition_variable done_cv_;
     bool graceful_done_ = false;
-
-    // Readiness, read by wait_ready on host threads.
-    std::mutex ready_mu_;
-    std::condition_variable ready_cv_;
-    bool ready_ = false;
-    bool schema_ok_ = false;      // loop thread
-    bool probe_done_ = false;     // loop thread
-    std::string schema_reason_ = "the schema step has not run yet";
-    uint64_t next_schema_check_mono_ = 0;
-    int64_t errors_at_cycle_start_ = 0;
+    // Readiness (wait_ready on host threads) and health; the schema step that readiness
+    // waits for (made at start, once the pool exists).
+    Readiness readiness_;
+    std::unique_ptr<SchemaStep> schema_;
 
     // Loop-thread state.
     std::coroutine_handle<> sleeper_;

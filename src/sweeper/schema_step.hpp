@@ -1,0 +1,53 @@
+// The schema step at start: apply the embedded sql/ (skipped when the database already
+// records this library's version) or only check the recorded version, and tell Readiness
+// the outcome and, while not ready, what to do about it. While the schema keeps the
+// sweeper from being ready, the step is taken again now and then, so a schema an operator
+// applies (or grants given) later makes the sweeper ready.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/task.hpp"
+#include "sweeper/phase.hpp"
+#include "sweeper/readiness.hpp"
+
+namespace qsw {
+
+// The schema version this library's sql/ records (sql/007_version.sql). Bumped with any
+// change in sql/ that a broker or a sweeper sees, together with that file.
+constexpr int64_t kSchemaVersion = 5;
+
+class SchemaStep {
+public:
+    using Sleep = std::function<Task<void>(int64_t ms)>;  // the loop's sleep, cut short by a stop
+    SchemaStep(PhaseContext ctx, Readiness &readiness, Sleep sleep, std::function<void()> publish_pool)
+        : ctx_(std::move(ctx)), readiness_(readiness), sleep_(std::move(sleep)), publish_pool_(std::move(publish_pool)) {}
+
+    Task<void> run();
+    // Not ready because of the schema, and time to look again.
+    bool recheck_due() const;
+
+private:
+    struct Version {
+        bool ok = false;       // the call answered
+        bool absent = false;   // no queen.schema_version_v1(): unversioned or no schema
+        int64_t version = -1;
+        PgResult error;
+    };
+    Task<Version> read_version();
+    Task<bool> apply();
+    Task<void> apply_and_verify(int64_t want);
+    Task<void> unversioned_build(bool first);
+    void show_database_version(const Version &v);
+    void say_what_to_do(const Version &v, int64_t want);
+    std::string last_stats_error();
+
+    PhaseContext ctx_;
+    Readiness &readiness_;
+    Sleep sleep_;
+    std::function<void()> publish_pool_;
+    uint64_t next_check_mono_ = 0;  // 0 until the first step
+};
+
+}  // namespace qsw
