@@ -310,7 +310,7 @@ std::string Stats::to_prometheus() {
     m.family("probes_total", "counter", "Probe calls.").sample(x.probes_total);
     m.family("capped_cycles_total", "counter", "Cycles whose drain hit its row budget or deadline.")
         .sample(x.capped_cycles_total);
-    m.family("pressure", "gauge", "Consecutive capped cycles.").sample(x.pressure);
+    m.family("pressure", "gauge", "Consecutive cycles under database pressure (a drain out of time or failed transiently).").sample(x.pressure);
     m.family("slow_pressure", "gauge", "Consecutive cycles whose drain ran out of time.").sample(x.slow_pressure);
     m.family("sleep_seconds", "gauge", "The last computed sleep.").sample(secs(x.sleep_ms));
     m.family("idle_cycles", "gauge", "Consecutive idle cycles.").sample(x.idle_cycles);

@@ -81,7 +81,7 @@ Task<int64_t> Sweeper::cycle() {
     // B. DRAIN
     CycleOutcome outcome = CycleOutcome::idle;
     int64_t next_in = pr.next_in_ms;
-    bool capped = false, out_of_time = false;
+    bool capped = false, out_of_time = false, failed_transient = false;
     if (!pr.fire_enabled) {
         // Paused by the operator (or maintenance): nothing is lost, the timers wait.
         // Keep looking at the ceiling so a resume takes effect within one cycle.
@@ -95,6 +95,7 @@ Task<int64_t> Sweeper::cycle() {
         Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
         capped = dr.capped;
         out_of_time = dr.out_of_time;
+        failed_transient = dr.failed && last_error_transient_;  // unreachable or overloaded
         if (dr.moved > 0) outcome = CycleOutcome::drained;
         else if (dr.empty_claim) outcome = CycleOutcome::empty_claim;
         else if (dr.failed) {
@@ -105,13 +106,19 @@ Task<int64_t> Sweeper::cycle() {
         outcome = CycleOutcome::work_due;
     }
     const int64_t prev_pressure = pressure_;
-    pressure_ = capped ? pressure_ + 1 : 0;
+    // Only database pressure is pressure: a drain that ran out of its half-lease (slow) or
+    // whose call failed transiently. A drain that merely used up its rows in good time is a
+    // backlog on a healthy database, and shedding the prune would only blind its alarm.
+    const bool db_pressure = out_of_time || failed_transient;
+    pressure_ = db_pressure ? pressure_ + 1 : 0;
     slow_pressure_ = out_of_time ? slow_pressure_ + 1 : 0;
     if (out_of_time) drain_->reset_batch();  // a slow database: back to the base batch
     if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
         log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
                  "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
-                     (capped ? ": the drain hit its budget" : ": the drain finished within its budget"));
+                     (out_of_time        ? ": the drain ran out of its half-lease (the database is slow)"
+                      : failed_transient ? ": a drain call failed (the database is unreachable or overloaded)"
+                                         : ": the database keeps up"));
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
