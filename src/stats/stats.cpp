@@ -420,7 +420,8 @@ std::string Stats::to_prometheus() {
         .sample(x.backstop_ttl_dropped_total);
     m.family("backstop_queues_collected_total", "counter", "Idle implicit queues collected.")
         .sample(x.backstop_queues_collected_total);
-    m.family("backstop_hint_wakes_total", "counter", "Wakes the ephemeral engine rang for its own instants.")
+    m.family("backstop_hint_wakes_total", "counter",
+             "Instants the ephemeral engine reported through its waker (counted; a pass runs once a second).")
         .sample(hint_wakes);
     m.family("backstop_next_expiry_timestamp_seconds", "gauge",
              "Unix time of the nearest lease or ttl the engine reported (-1: none).")

@@ -27,7 +27,7 @@ int64_t wall_now_ms() {
 
 Sweeper::Sweeper(Config cfg)
     : cfg_(std::move(cfg)),
-      backstop_(log_, stats_, loop_, stopping_, [this](uv_async_t *doorbell) { return ring(doorbell); }),
+      backstop_(log_, stats_, loop_, stopping_),
       readiness_(log_, stats_, stopping_),
       rng_(std::random_device{}()) {
     log_.set_level(cfg_.log_level_number());
