@@ -103,8 +103,10 @@ int Sweeper::start() {
         return QUEEN_SWEEPER_ESTATE;
     }
     if (!cfg_.sweeper) {
-        // The surfaces still exist: keys are not pruned and timers wait, nothing is lost.
-        log_.info("sweeper disabled by configuration (sweeper=false): timers will not fire and KV keys "
+        // The surfaces still exist: keys are not pruned and timers wait, nothing is lost. A
+        // warning, so a host without a log callback still sees it (on stderr): an operator
+        // must know that timers will not fire from this process.
+        log_.warn("sweeper disabled by configuration (sweeper=false): timers will not fire and KV keys "
                   "will not be pruned by this process; nothing is lost, they wait");
         phase_ = Phase::disabled;
         std::lock_guard<std::mutex> s(stats_.mu);

@@ -9,7 +9,8 @@
   database already records this version; an older or newer recorded version says what
   to do.
 - Silent by default no more: without a callback, warnings reach stderr (unless
-  log_stderr is false), and a misspelt QUEEN_SWEEPER_* variable is reported at create.
+  log_stderr is false), a misspelt QUEEN_SWEEPER_* variable is reported at create, and a
+  sweeper switched off (QUEEN_SWEEPER=false) says so at start as a warning.
 """
 
 from __future__ import annotations
@@ -253,3 +254,34 @@ def test_a_misspelt_variable_is_reported_at_create(conninfo):
         assert foreign not in text, text
     # At create, before any callback could be set: on stderr.
     assert "queen_sweeper warning: environment variable QUEEN_SWEEPER_MIN_SLEEP" in child.stderr, child.stderr
+
+
+_DISABLED_CHILD = textwrap.dedent("""
+    import json, sys
+    from queen_sweeper import Sweeper
+    sw = Sweeper(**json.loads(sys.argv[1]))
+    if len(sys.argv) > 2:
+        sw.on_log(lambda level, msg: print("log", level, msg, flush=True))
+    sw.start()
+    print("state", sw.stats()["state"], flush=True)
+    sw.close()
+""")
+
+
+def test_a_sweeper_switched_off_says_so_as_a_warning(conninfo):
+    """QUEEN_SWEEPER=false means timers do not fire from this process: an operator must see it
+    even on a host that installed no log callback (stderr gets warnings and errors only),
+    and a host whose callback listens to warnings only."""
+    env = dict(os.environ, QUEEN_SWEEPER="false")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bindings" / "python"), env.get("PYTHONPATH", "")])
+    cfg = {"conninfo": conninfo}   # read_env defaults to true: the variable counts
+    bare = subprocess.run([sys.executable, "-c", _DISABLED_CHILD, json.dumps(cfg)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert bare.returncode == 0, bare.stderr
+    assert "state disabled" in bare.stdout, bare.stdout
+    assert re.search(r"^queen_sweeper warning: sweeper disabled by configuration .*timers will not fire",
+                     bare.stderr, re.M), bare.stderr
+    heard = subprocess.run([sys.executable, "-c", _DISABLED_CHILD, json.dumps(dict(cfg, log_level="warn")),
+                            "callback"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert heard.returncode == 0, heard.stderr
+    assert re.search(r"^log 1 sweeper disabled by configuration", heard.stdout, re.M), heard.stdout
