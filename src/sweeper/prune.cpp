@@ -18,13 +18,18 @@ void Prune::show_stage(Figures &f, bool allowed) const {
 int64_t Prune::ms_until_gate() const { return off_ ? INT64_MAX : ms_until(ctx_.loop, next_mono_); }
 
 Task<bool> Prune::run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono) {
+    if (off_) co_return false;
+    if (!allowed || now_mono < next_mono_ || ctx_.stopping.load()) co_return work_ahead_;
     bool kv_work = false;
-    if (off_ || !allowed || now_mono < next_mono_ || ctx_.stopping.load()) co_return kv_work;
     const bool ok = co_await pass(shards, kv_work);
+    // What the last answered pass saw stands until the next one: a cycle between two passes
+    // is not idle because the gate was closed (cycles come faster than the gate when
+    // sweeper_max_sleep_ms is below kv_expire_every_ms). A failed pass tells nothing new.
+    if (ok) work_ahead_ = kv_work;
     // A failure does not consume the interval: try again after the short backoff.
     next_mono_ = uv_now(&ctx_.loop) +
                  static_cast<uint64_t>(ok ? ctx_.cfg.kv_expire_every_ms : ctx_.cfg.sweeper_transient_backoff_ms);
-    co_return kv_work;
+    co_return off_ ? false : work_ahead_;
 }
 
 Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
@@ -66,7 +71,11 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
             f.kv_expired_not_pruned_capped = j.value("unprunedCapped", false);
             f.kv_expiry_lag_ms = j.value("lagMs", int64_t(0));
         }
-        kv_work = kv_work || !done || unpruned > 0;
+        // Keys with a ttl still ahead are work to come: a put carries no wake, so the prune
+        // keeps its cadence for them rather than letting the idle backoff stretch it to
+        // sweeper_idle_max_sleep_ms (schema version 6; an older schema omits the key).
+        const bool ttl_ahead = j.contains("nextExpiryMs") && j["nextExpiryMs"].is_number();
+        kv_work = kv_work || !done || unpruned > 0 || ttl_ahead;
         if (done || deleted == 0) break;
     }
     co_return true;

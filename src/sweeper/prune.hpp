@@ -17,8 +17,9 @@ public:
     explicit Prune(PhaseContext ctx) : ctx_(std::move(ctx)) {}
 
     // One pass if the ladder allows it and the gate (read at `now_mono`) is open.
-    // Returns whether expired keys remain: the cycle then keeps the prune's cadence
-    // instead of letting the idle backoff grow.
+    // Returns whether the table holds work for the prune (expired keys remain, or keys
+    // with a ttl still ahead): the cycle then keeps the prune's cadence instead of
+    // letting the idle backoff grow.
     Task<bool> run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono);
     // The stage shown in stats ("on" or "shed"); "off_config" stays once it is off.
     void show_stage(Figures &f, bool allowed) const;
@@ -31,6 +32,7 @@ private:
     PhaseContext ctx_;
     bool off_ = false;  // class 42: off for the life of the process
     uint64_t next_mono_ = 0;
+    bool work_ahead_ = false;  // the last answered pass saw expired keys, or keys with a ttl
 };
 
 }  // namespace qsw
