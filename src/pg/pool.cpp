@@ -139,10 +139,13 @@ void Pool::dispatch() {
         conn_waiters_.pop_front();
         const Lane lane = w.lane;
         auto cb = std::move(w.cb);
-        idle->run(std::move(w.q), [this, lane, cb = std::move(cb)](PgResult r) mutable {
+        std::vector<std::string> answers = w.q.answer_sqlstates;
+        idle->run(std::move(w.q), [this, lane, cb = std::move(cb), answers = std::move(answers)](PgResult r) mutable {
             // The connection is back (idle) or gone (down) by now: offer it first,
             // then give back the slot, then tell the caller.
-            if (!r.ok) ++calls_failed_total_;
+            const bool answer = !r.sqlstate.empty() &&
+                                std::find(answers.begin(), answers.end(), r.sqlstate) != answers.end();
+            if (!r.ok && !answer) ++calls_failed_total_;
             if (!shut_) dispatch();
             release_slot(lane);
             post([cb = std::move(cb), r = std::move(r)]() mutable { cb(std::move(r)); });

@@ -32,6 +32,10 @@ Task<SchemaStep::Version> SchemaStep::read_version() {
     Query q;
     q.sql = "SELECT queen.schema_version_v1()";
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
+    // Before the schema exists these are the answer, not a failure: a healthy first start
+    // counts no failed call (an alert on pool_calls_failed_total would fire on every new
+    // deployment).
+    q.answer_sqlstates.assign(kSchemaAbsentSqlstates.begin(), kSchemaAbsentSqlstates.end());
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     Version v;
     int64_t n = 0;
@@ -44,7 +48,7 @@ Task<SchemaStep::Version> SchemaStep::read_version() {
         } else {
             v.error.message = "queen.schema_version_v1() answered a value that is not an integer";
         }
-    } else if (r.ok || r.sqlstate == "42883" || r.sqlstate == "3F000" || r.sqlstate == "42P01") {
+    } else if (r.ok || is_schema_absent(r)) {
         // No function, no schema, no table, or nothing recorded: the database predates
         // versioning or has no schema at all.
         v.ok = true;

@@ -285,3 +285,42 @@ def test_a_sweeper_switched_off_says_so_as_a_warning(conninfo):
                             "callback"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert heard.returncode == 0, heard.stderr
     assert re.search(r"^log 1 sweeper disabled by configuration", heard.stdout, re.M), heard.stdout
+
+
+# -- a healthy first start ----------------------------------------------------------------
+
+@pytest.fixture
+def fresh_database(conninfo):
+    """A database of its own with nothing in it (no schema queen), as a new deployment has;
+    dropped at teardown."""
+    name = "queen_fresh_" + uuid.uuid4().hex[:8]
+    admin = connect(conninfo)
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    parts = [p for p in conninfo.split() if not p.startswith("dbname=")]
+    yield " ".join(parts + [f"dbname={name}"])
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def test_a_healthy_first_start_counts_no_failed_call(sweepers, fresh_database):
+    """apply_schema on a fresh database: the version check finds no schema (3F000), which is
+    the answer it asked for, not a failure. No failed call, no error, healthy: an alert on
+    pool_calls_failed_total must not fire on every new deployment."""
+    h = sweepers(unique("fresh"), conninfo=fresh_database, apply_schema=True)
+    h.sw.start()
+    h.sw.wait_ready(60)
+    wait_for(lambda: h.stats()["cycles_total"] >= 3, 30, 0.05, "three cycles after the apply")
+    st = h.stats()
+    text = h.sw.metrics()
+    print(f"\n[first start] schema {st['schema']}, pool calls {st['pool']['calls_total']}, "
+          f"failed {st['pool']['calls_failed_total']}, cycle errors {st['cycle_errors_total']}")
+    assert st["schema"]["state"] == "applied", st["schema"]
+    assert st["schema"]["version_database"] == SCHEMA_VERSION
+    assert st["pool"]["calls_failed_total"] == 0, st["pool"]
+    assert metric(text, "queen_sweeper_pool_calls_failed_total") == 0
+    assert st["cycle_errors_total"] == 0 and st["last_error"] == "", st["last_error"]
+    assert st["healthy"] is True and metric(text, "queen_sweeper_healthy") == 1
+    assert all(n == 0 for per in st["phase_errors"].values() for n in per.values()), st["phase_errors"]
+    assert_clean_stop(h)
