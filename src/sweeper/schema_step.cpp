@@ -20,7 +20,10 @@ static bool embedded_schema_versioned() {
 }
 
 bool SchemaStep::recheck_due() const {
-    return !readiness_.schema_ok() && uv_now(&ctx_.loop) >= next_check_mono_;
+    // Unanswered (the database could not be reached): again before the next cycle, so ready
+    // follows the first cycle that succeeds. Answered but not usable (older, unversioned, a
+    // missing grant): an operator has to act, so every kSchemaRecheckMs is enough.
+    return !readiness_.schema_ok() && (unanswered_ || uv_now(&ctx_.loop) >= next_check_mono_);
 }
 
 std::string SchemaStep::last_stats_error() {
@@ -67,6 +70,7 @@ void SchemaStep::show_database_version(const Version &v) {
 Task<void> SchemaStep::run() {
     const bool first = next_check_mono_ == 0;
     next_check_mono_ = uv_now(&ctx_.loop) + kSchemaRecheckMs;
+    unanswered_ = false;
     const bool versioned = embedded_schema_versioned();
     const int64_t want = versioned ? kSchemaVersion : 0;
     {
@@ -149,6 +153,7 @@ void SchemaStep::say_what_to_do(const Version &v, int64_t want) {
                  std::to_string(want) + "; " + fix;
     } else {
         const bool transient = classify_sqlstate(v.error.sqlstate) == ErrorClass::transient;
+        unanswered_ = transient;
         state = "pending";
         reason = "cannot read the schema version" +
                  (v.error.sqlstate.empty() ? std::string() : " (SQLSTATE " + v.error.sqlstate + ")") + ": " +

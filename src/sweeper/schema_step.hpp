@@ -1,8 +1,10 @@
 // The schema step at start: apply the embedded sql/ (skipped when the database already
 // records this library's version) or only check the recorded version, and tell Readiness
 // the outcome and, while not ready, what to do about it. While the schema keeps the
-// sweeper from being ready, the step is taken again now and then, so a schema an operator
-// applies (or grants given) later makes the sweeper ready.
+// sweeper from being ready, the step is taken again: before every cycle while the database
+// does not answer it (so ready follows the first cycle that succeeds), every 5 s while it
+// answers with something an operator must fix (so a schema applied or grants given later
+// make the sweeper ready).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -48,6 +50,7 @@ private:
     Sleep sleep_;
     std::function<void()> publish_pool_;
     uint64_t next_check_mono_ = 0;  // 0 until the first step
+    bool unanswered_ = false;       // the last version check got no answer (a transient failure)
 };
 
 }  // namespace qsw

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -323,4 +324,61 @@ def test_a_healthy_first_start_counts_no_failed_call(sweepers, fresh_database):
     assert st["cycle_errors_total"] == 0 and st["last_error"] == "", st["last_error"]
     assert st["healthy"] is True and metric(text, "queen_sweeper_healthy") == 1
     assert all(n == 0 for per in st["phase_errors"].values() for n in per.values()), st["phase_errors"]
+    assert_clean_stop(h)
+
+
+# -- readiness after a rough start --------------------------------------------------------
+
+@pytest.fixture
+def refused_role(conninfo, schema):
+    """A LOGIN role holding queen_sweeper whose every connection the server refuses at first
+    (CONNECTION LIMIT 0: SQLSTATE 53300 at connect, what a server with every slot taken
+    answers), and a function that lets it in."""
+    name = "queen_test_full_" + uuid.uuid4().hex[:8]
+    admin = connect(conninfo)
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE ROLE "{name}" LOGIN CONNECTION LIMIT 0 IN ROLE queen_sweeper')
+
+    def let_in():
+        with admin.cursor() as cur:
+            cur.execute(f'ALTER ROLE "{name}" CONNECTION LIMIT -1')
+
+    yield with_user(conninfo, name), let_in
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,))
+        cur.execute(f'DROP ROLE "{name}"')
+    admin.close()
+
+
+def test_ready_follows_the_first_cycle_that_succeeds_after_a_rough_start(sweepers, refused_role, q):
+    """Every connection refused at start: the schema-version check and the probes fail. Once
+    the server lets the sweeper in, the first cycle that succeeds fires the timers, and ready
+    turns with it, not seconds later when a 5 s re-check of the schema comes round."""
+    conninfo, let_in = refused_role
+    h = sweepers(unique("rough"), conninfo=conninfo, sweeper_transient_backoff_ms=100)
+    h.sw.start()
+    wait_for(lambda: h.stats()["db_state"] == "down", 30, 0.02, 'db_state "down"')
+    queue = unique("roughq")
+    q.schedule([op_schedule(queue, f"k{i}", b"x", delay_ms=0) for i in range(5)])
+    time.sleep(1.0)
+    st = h.stats()
+    assert st["ready"] is False and st["fired_total"] == 0, st["ready_reason"]
+    let_in()
+    t0 = time.monotonic()
+    fired_at = ready_at = None
+    while time.monotonic() < t0 + 30 and (fired_at is None or ready_at is None):
+        st = h.stats()
+        now = time.monotonic()
+        if fired_at is None and st["fired_total"] >= 1:
+            fired_at = now
+        if ready_at is None and st["ready"]:
+            ready_at = now
+        time.sleep(0.005)
+    assert fired_at is not None and ready_at is not None, (fired_at, ready_at, h.stats()["ready_reason"])
+    print(f"\n[rough start] after the server let the sweeper in: first fire at {fired_at - t0:.2f} s, "
+          f"ready at {ready_at - t0:.2f} s ({(ready_at - fired_at) * 1000:+.0f} ms from the fire)")
+    wait_for(lambda: h.stats()["fired_total"] == 5, 30, 0.02, "every timer fired")
+    assert ready_at - fired_at < 0.5, f"ready {ready_at - fired_at:.2f} s after the first fire"
+    assert h.stats()["schema"]["state"] == "current"
+    h.sw.wait_ready(1)
     assert_clean_stop(h)
