@@ -60,7 +60,10 @@ static PgResult failure(const std::string &msg) {
     return r;
 }
 
+std::atomic<void (*)(const std::string &)> g_test_call_observer{nullptr};
+
 void Pool::call(Lane lane, Query q, QueryCallback cb) {
+    if (auto *seam = g_test_call_observer.load(std::memory_order_relaxed)) seam(q.sql);
     ++calls_total_;
     ++lane_calls_[static_cast<int>(lane)];
     if (shut_) {
