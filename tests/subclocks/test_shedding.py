@@ -22,7 +22,7 @@ import threading
 import time
 
 from conftest import assert_clean_stop, op_schedule, wait_for
-from queen_sweeper import decode_segment
+from queen_sweeper import Ephemeral, decode_segment
 
 QUEUE = "shed-q"
 
@@ -241,3 +241,48 @@ def test_a_slow_database_sheds_the_prune_then_the_rollup_and_the_fire_only_slows
     assert len(order) <= 4, order
     pressure_lines = [m for m in h.messages("pressure ") if m.startswith("pressure ")]
     assert len(pressure_lines) <= 5, "\n".join(pressure_lines)
+
+
+def test_the_backstop_keeps_its_pace_while_the_database_is_slow(q, sweepers):
+    """The backstop is outside the ladder: it needs no connection, so shedding it would
+    relieve nothing. While a slow database keeps pressure up (the prune and the rollup shed),
+    its passes go on once a second and an untouched lease lapsed meanwhile is redelivered."""
+    n = 2000
+    q.schedule([op_schedule(QUEUE, f"w{i:05d}", b"w%05d" % i, partition=f"p{i % 8}")
+                for i in range(n)])
+    engine = Ephemeral(lease_ms=30000, max_retries=10)
+    slow_segments(q, 0.03)
+    try:
+        h = sweepers("shed-backstop", sweeper_cycle_max_rows=800, sweeper_claim_batch=100,
+                     sweeper_lease_ms=300, sweeper_fire_rate_per_tenant=100000,
+                     sweeper_min_sleep_ms=10, sweeper_max_sleep_ms=160)
+        h.set_backstop(engine)
+        try:
+            h.start()
+            wait_for(lambda: h.stats()["pressure"] >= 2, 30, 0.005, what="pressure 2: both phases shed")
+            st0, t0 = h.stats(), time.monotonic()
+            engine.push("bs-q", "p0", b"lease me")
+            m = engine.pop("bs-q", "p0", "g", lease_ms=200)
+            redelivered_while_shed = False
+            st1, t1 = st0, t0
+            while h.stats()["pressure"] >= 2 and time.monotonic() < t0 + 60:
+                st1, t1 = h.stats(), time.monotonic()
+                redelivered_while_shed = redelivered_while_shed or st1["backstop"]["redelivered_total"] >= 1
+                time.sleep(0.01)
+            wait_for(lambda: q.timers_left() == 0, 90, 0.1, what="the slowed backlog to drain")
+        finally:
+            final = assert_clean_stop(h)
+    finally:
+        fast_segments(q)
+        engine.close()
+    window = t1 - t0
+    passes = st1["backstop"]["runs_total"] - st0["backstop"]["runs_total"]
+    print(f"\n[backstop under pressure] {window:.1f} s at pressure >= 2 (phases {st1['phases']}): "
+          f"{passes} backstop passes, lease redelivered while shed: {redelivered_while_shed}")
+    assert window >= 2.0, f"pressure held only {window:.1f} s: too short to judge the pace"
+    assert st1["phases"]["prune"] == "shed" and st1["phases"]["rollup"] == "shed", st1["phases"]
+    assert st1["phases"]["backstop"] == "on"
+    assert passes >= int(window) - 1, f"{passes} passes in {window:.1f} s under pressure"
+    assert redelivered_while_shed, "the lapsed lease waited for the pressure to go"
+    assert (m.attempt, final["backstop"]["redelivered_total"], final["backstop"]["failures_total"]) == (1, 1, 0)
+    assert final["fired_total"] == n
