@@ -8,7 +8,7 @@
 
 #include "base/last_error.hpp"
 #include "base/reentry.hpp"
-#include "sweeper/phase.hpp"
+#include "sweeper/context.hpp"
 
 namespace qsw {
 

@@ -5,6 +5,7 @@
 
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
+#include "sweeper/subclocks.hpp"
 
 namespace qsw {
 
@@ -15,7 +16,7 @@ void Prune::show_stage(Figures &f, bool allowed) const {
     if (!off_) f.phase_prune = allowed ? "on" : "shed";
 }
 
-int64_t Prune::ms_until_gate() const { return off_ ? INT64_MAX : ms_until(ctx_.loop, next_mono_); }
+int64_t Prune::ms_until_gate() const { return off_ ? INT64_MAX : ctx_.ms_until(next_mono_); }
 
 Task<bool> Prune::run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono) {
     if (off_) co_return false;
@@ -27,7 +28,7 @@ Task<bool> Prune::run(const std::vector<int16_t> &shards, bool allowed, uint64_t
     // sweeper_max_sleep_ms is below kv_expire_every_ms). A failed pass tells nothing new.
     if (ok) work_ahead_ = kv_work;
     // A failure does not consume the interval: try again after the short backoff.
-    next_mono_ = uv_now(&ctx_.loop) +
+    next_mono_ = ctx_.now() +
                  static_cast<uint64_t>(ok ? ctx_.cfg.kv_expire_every_ms : ctx_.cfg.sweeper_transient_backoff_ms);
     co_return off_ ? false : work_ahead_;
 }
@@ -45,7 +46,7 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
         q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
         PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
         if (!r.ok) {
-            if (classify_sqlstate(r.sqlstate) == ErrorClass::config) {
+            if (classify(r) == ErrorClass::config) {
                 off_ = true;
                 maintenance_phase_off(ctx_, "KV prune", r);
                 std::lock_guard<std::mutex> g(ctx_.stats.mu);

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "base/task.hpp"
-#include "sweeper/phase.hpp"
+#include "sweeper/context.hpp"
 
 namespace qsw {
 
 class Prune {
 public:
-    explicit Prune(PhaseContext ctx) : ctx_(std::move(ctx)) {}
+    explicit Prune(const LoopContext &ctx) : ctx_(ctx) {}
 
     // One pass if the ladder allows it and the gate (read at `now_mono`) is open.
     // Returns whether the table holds work for the prune (expired keys remain, or keys
@@ -29,7 +29,7 @@ public:
 private:
     Task<bool> pass(const std::vector<int16_t> &shards, bool &kv_work);
 
-    PhaseContext ctx_;
+    const LoopContext &ctx_;
     bool off_ = false;  // class 42: off for the life of the process
     uint64_t next_mono_ = 0;
     bool work_ahead_ = false;  // the last answered pass saw expired keys, or keys with a ttl

@@ -5,6 +5,7 @@
 
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
+#include "sweeper/subclocks.hpp"
 
 namespace qsw {
 
@@ -20,7 +21,7 @@ void Rollup::show_stage(Figures &f, bool allowed) const {
 
 int64_t Rollup::ms_until_gate() const {
     if (off_ || shed_) return INT64_MAX;
-    return ms_until(ctx_.loop, next_mono_);
+    return ctx_.ms_until(next_mono_);
 }
 
 Task<void> Rollup::run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono) {
@@ -30,10 +31,10 @@ Task<void> Rollup::run(const std::vector<int16_t> &shards, bool allowed, uint64_
         const int64_t every = last_quota_ratio_ > kQuotaWatermark
                                   ? std::min(kQuotaRefreshMs, ctx_.cfg.kv_usage_every_ms)
                                   : ctx_.cfg.kv_usage_every_ms;
-        next_mono_ = uv_now(&ctx_.loop) + static_cast<uint64_t>(every);
+        next_mono_ = ctx_.now() + static_cast<uint64_t>(every);
     } else {
         // A failure does not consume the interval: try again after the short backoff.
-        next_mono_ = uv_now(&ctx_.loop) + static_cast<uint64_t>(ctx_.cfg.sweeper_transient_backoff_ms);
+        next_mono_ = ctx_.now() + static_cast<uint64_t>(ctx_.cfg.sweeper_transient_backoff_ms);
     }
 }
 
@@ -44,7 +45,7 @@ Task<bool> Rollup::pass(const std::vector<int16_t> &shards) {
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (!r.ok) {
-        if (classify_sqlstate(r.sqlstate) == ErrorClass::config) {
+        if (classify(r) == ErrorClass::config) {
             off_ = true;
             maintenance_phase_off(ctx_, "usage rollup", r);
             std::lock_guard<std::mutex> g(ctx_.stats.mu);

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "base/task.hpp"
-#include "sweeper/phase.hpp"
+#include "sweeper/context.hpp"
 
 namespace qsw {
 
 class Rollup {
 public:
-    explicit Rollup(PhaseContext ctx) : ctx_(std::move(ctx)) {}
+    explicit Rollup(const LoopContext &ctx) : ctx_(ctx) {}
 
     // One pass if the ladder allows it and the gate (read at `now_mono`) is open. A shed
     // or failed pass does not consume the gate: it runs as soon as it may.
@@ -26,7 +26,7 @@ public:
 private:
     Task<bool> pass(const std::vector<int16_t> &shards);
 
-    PhaseContext ctx_;
+    const LoopContext &ctx_;
     bool off_ = false;   // class 42: off for the life of the process
     bool shed_ = false;  // the last cycle's ladder shed it
     uint64_t next_mono_ = 0;

@@ -23,7 +23,7 @@ bool SchemaStep::recheck_due() const {
     // Unanswered (the database could not be reached): again before the next cycle, so ready
     // follows the first cycle that succeeds. Answered but not usable (older, unversioned, a
     // missing grant): an operator has to act, so every kSchemaRecheckMs is enough.
-    return !readiness_.schema_ok() && (unanswered_ || uv_now(&ctx_.loop) >= next_check_mono_);
+    return !readiness_.schema_ok() && (unanswered_ || ctx_.now() >= next_check_mono_);
 }
 
 std::string SchemaStep::last_stats_error() {
@@ -49,6 +49,7 @@ Task<SchemaStep::Version> SchemaStep::read_version() {
             v.ok = true;
             v.version = n;
         } else {
+            v.error.origin = Origin::internal;
             v.error.message = "queen.schema_version_v1() answered a value that is not an integer";
         }
     } else if (r.ok || is_schema_absent(r)) {
@@ -69,7 +70,7 @@ void SchemaStep::show_database_version(const Version &v) {
 
 Task<void> SchemaStep::run() {
     const bool first = next_check_mono_ == 0;
-    next_check_mono_ = uv_now(&ctx_.loop) + kSchemaRecheckMs;
+    next_check_mono_ = ctx_.now() + kSchemaRecheckMs;
     unanswered_ = false;
     const bool versioned = embedded_schema_versioned();
     const int64_t want = versioned ? kSchemaVersion : 0;
@@ -152,19 +153,19 @@ void SchemaStep::say_what_to_do(const Version &v, int64_t want) {
         reason = "the database records schema version " + std::to_string(v.version) + ", older than this library's " +
                  std::to_string(want) + "; " + fix;
     } else {
-        const bool transient = classify_sqlstate(v.error.sqlstate) == ErrorClass::transient;
+        const bool transient = classify(v.error) == ErrorClass::transient;
         unanswered_ = transient;
         state = "pending";
         reason = "cannot read the schema version" +
                  (v.error.sqlstate.empty() ? std::string() : " (SQLSTATE " + v.error.sqlstate + ")") + ": " +
                  v.error.message +
-                 (transient ? "" : v.error.sqlstate == "42501" ? "; grant the role USAGE on schema queen and EXECUTE "
+                 (transient ? "" : is_privilege_denied(v.error) ? "; grant the role USAGE on schema queen and EXECUTE "
                                                                  "on its functions (sql/README.md)"
                                                                : "");
         if (!transient) ctx_.note_error("schema version check", v.error);
     }
     if (reason != readiness_.schema_reason()) {
-        if (state == "pending" && classify_sqlstate(v.error.sqlstate) == ErrorClass::transient) ctx_.log.info(reason);
+        if (state == "pending" && classify(v.error) == ErrorClass::transient) ctx_.log.info(reason);
         else ctx_.log.warn(reason);
     }
     readiness_.set_schema_outcome(false, state, reason);
@@ -184,16 +185,14 @@ Task<bool> SchemaStep::apply() {
         }
         // Two brokers applying at the same moment race on catalog rows; the files
         // are idempotent, so trying again is the whole fix.
-        const bool race = r.sqlstate == "23505" || r.sqlstate == "42P07" || r.sqlstate == "42710" ||
-                          r.sqlstate == "XX000" || r.sqlstate == "40P01";
-        if (!race && classify_sqlstate(r.sqlstate) != ErrorClass::transient) {
+        if (!is_apply_race(r) && classify(r) != ErrorClass::transient) {
             ctx_.note_error("schema apply", r);
             ctx_.log.error("schema apply failed (SQLSTATE " + r.sqlstate + "): " + r.message +
                            "; the sweeper carries on and its calls will report what is missing");
             co_return false;
         }
         ctx_.note_error("schema apply", r);
-        publish_pool_();
+        ctx_.publish_pool();
         co_await sleep_(backoff);
         backoff = std::min<int64_t>(backoff * 2, 5000);
     }

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "base/task.hpp"
-#include "sweeper/phase.hpp"
+#include "sweeper/context.hpp"
 #include "sweeper/readiness.hpp"
 
 namespace qsw {
@@ -23,8 +23,8 @@ constexpr int64_t kSchemaVersion = 6;
 class SchemaStep {
 public:
     using Sleep = std::function<Task<void>(int64_t ms)>;  // the loop's sleep, cut short by a stop
-    SchemaStep(PhaseContext ctx, Readiness &readiness, Sleep sleep, std::function<void()> publish_pool)
-        : ctx_(std::move(ctx)), readiness_(readiness), sleep_(std::move(sleep)), publish_pool_(std::move(publish_pool)) {}
+    SchemaStep(const LoopContext &ctx, Readiness &readiness, Sleep sleep)
+        : ctx_(ctx), readiness_(readiness), sleep_(std::move(sleep)) {}
 
     Task<void> run();
     // Not ready because of the schema, and time to look again.
@@ -45,10 +45,9 @@ private:
     void say_what_to_do(const Version &v, int64_t want);
     std::string last_stats_error();
 
-    PhaseContext ctx_;
+    const LoopContext &ctx_;
     Readiness &readiness_;
     Sleep sleep_;
-    std::function<void()> publish_pool_;
     uint64_t next_check_mono_ = 0;  // 0 until the first step
     bool unanswered_ = false;       // the last version check got no answer (a transient failure)
 };

@@ -4,7 +4,7 @@
 
 namespace qsw {
 
-void maintenance_phase_off(const PhaseContext &ctx, const char *phase, const PgResult &r) {
+void maintenance_phase_off(const LoopContext &ctx, const char *phase, const PgResult &r) {
     const bool prune = std::string(phase) == "KV prune";
     ctx.log.warn(std::string(phase) + " turned off for the life of this process (SQLSTATE " + r.sqlstate + "): " +
                  r.message +
@@ -17,19 +17,19 @@ void maintenance_phase_off(const PhaseContext &ctx, const char *phase, const PgR
 
 Task<bool> SubClocks::run(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure) {
     // Both gates are read at the same instant, before either phase runs.
-    const uint64_t now = uv_now(&loop_);
+    const uint64_t now = ctx_.now();
     const std::string stage = std::string(step.rollup ? "on" : "shed") + "/" + (step.prune ? "on" : "shed");
     if (stage != stage_logged_) {
-        log_.log(stage == "on/on" ? QUEEN_SWEEPER_LOG_INFO : QUEEN_SWEEPER_LOG_WARN,
+        ctx_.log.log(stage == "on/on" ? QUEEN_SWEEPER_LOG_INFO : QUEEN_SWEEPER_LOG_WARN,
                  "shedding stage rollup/prune: " + stage_logged_ + " -> " + stage + " (pressure " +
                      std::to_string(step_pressure) + ")");
         stage_logged_ = stage;
     }
     {
         // One lock for both, so a reader never sees a stage the ladder cannot produce.
-        std::lock_guard<std::mutex> g(stats_.mu);
-        rollup_.show_stage(stats_.f, step.rollup);
-        prune_.show_stage(stats_.f, step.prune);
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        rollup_.show_stage(ctx_.stats.f, step.rollup);
+        prune_.show_stage(ctx_.stats.f, step.prune);
     }
     co_await rollup_.run(shards, step.rollup, now);
     co_return co_await prune_.run(shards, step.prune, now);

@@ -145,9 +145,8 @@ int Sweeper::start() {
                                                      [this] { publish_pool(); }});
     recovery_ = std::make_unique<Recovery>(*ctx_, held_);
     drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_);
-    sub_clocks_ = std::make_unique<SubClocks>(phase_context());
-    schema_ = std::make_unique<SchemaStep>(
-        phase_context(), readiness_, [this](int64_t ms) { return sleep_for(ms); }, [this] { publish_pool(); });
+    sub_clocks_ = std::make_unique<SubClocks>(*ctx_);
+    schema_ = std::make_unique<SchemaStep>(*ctx_, readiness_, [this](int64_t ms) { return sleep_for(ms); });
     {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
@@ -406,11 +405,6 @@ void Sweeper::note_error(const std::string &phase, const PgResult &r) {
     stats_.f.last_error = msg;
     ++stats_.f.cycle_errors_total;
     ++stats_.f.phase_errors[static_cast<size_t>(error_phase_of(phase))][static_cast<size_t>(k)];
-}
-
-PhaseContext Sweeper::phase_context() {
-    return PhaseContext{cfg_, log_, stats_, *pool_, loop_, stopping_,
-                        [this](const std::string &phase, const PgResult &r) { note_error(phase, r); }};
 }
 
 // ---- Readiness -------------------------------------------------------------------------

@@ -86,7 +86,6 @@ private:
     void on_pool_up();  // the pool found the database again: cut the backoff short
     void publish_pool();
     void note_error(const std::string &phase, const PgResult &r);
-    PhaseContext phase_context();  // what a phase object is handed (after the pool exists)
     void cycle_failed(const std::string &phase, const PgResult &r);
     int64_t cycle_crashed(const std::string &why);  // a cycle that threw: counted, the backoff returned
 
