@@ -151,16 +151,17 @@ typedef struct queen_sweeper_backstop_result {
  * A backstop provider: the in-RAM ephemeral queue engine behind a small
  * interface. The sweeper copies this struct at queen_sweeper_set_backstop().
  *
- * sweep: required. Called on the sweeper's thread at least once a second, and
- *   also at the next lease or ttl instant the engine reported (through
- *   attach_waker's wake or next_expiry_unix_ms), with the current unix time in
- *   ms; fills `out`; returns 0 or a negative code (the sweeper logs a failure
- *   and tries again at the next pass). It must not block
- *   on a database: the backstop runs while the database is down.
+ * sweep: required. Called on the sweeper's thread once a second (never more
+ *   often, whatever instants the engine reports: its own touch path honours
+ *   those for whoever touches a queue), with the current unix time in ms;
+ *   fills `out`; returns 0 or a negative code (the sweeper logs a failure and
+ *   tries again at the next pass). It must not block on a database: the
+ *   backstop runs while the database is down.
  * attach_waker: optional. Called once at start with the sweeper's wake entry
- *   point, so the engine can ring the sweeper when it arms a lease or a ttl;
- *   called again with wake == NULL at stop, after which the engine must not
- *   call the previous one.
+ *   point, which the engine may call when it arms a lease or a ttl (the
+ *   sweeper counts those calls, hint_wakes_total in stats, and runs no extra
+ *   pass for them); called again with wake == NULL at stop, after which the
+ *   engine must not call the previous one.
  * ctx is owned by the host (or the engine); the sweeper never frees it.
  */
 typedef struct queen_sweeper_backstop {

@@ -21,7 +21,7 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
 -- queen.kv_expire_step_v1(shards int2[], now timestamptz, max_rows int) -> jsonb
 --   {"deleted": n, "done": bool, "unpruned": n, "unprunedCapped": bool, "lagMs": n,
---    "nowMs": n, "now": timestamptz}
+--    "nextExpiryMs": n | null, "nowMs": n, "now": timestamptz}
 -- Deletes up to max_rows (null = 1000) dead rows (expires_at <= now), visiting shards in
 -- the array's order (null = 0..63), each oldest expiry first through the partial index,
 -- taking them FOR UPDATE SKIP LOCKED and re-checking expiry in the DELETE itself, so a row
@@ -29,7 +29,10 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 -- Then, on EVERY pass, including one that deletes nothing: unpruned = dead rows still
 -- present in those shards, counted up to 8 * max_rows (unprunedCapped when more exist),
 -- and lagMs = now - the oldest expiry among them (0 when none). An unpruned table is a
--- failure that looks like health; these two numbers are its alarm.
+-- failure that looks like health; these two numbers are its alarm. nextExpiryMs (schema
+-- version 6) = the nearest expiry still ahead of now in those shards, in ms from now, or
+-- null when no key there has one: a table of live keys with a ttl is work to come, and the
+-- sweeper keeps the prune's cadence for it instead of backing off as if the table were empty.
 -- Locks: rows of queen.kv, FOR UPDATE SKIP LOCKED (never waits), then deletes them.
 CREATE OR REPLACE FUNCTION queen.kv_expire_step_v1(p_shards int2[], p_now timestamptz, p_max_rows int)
 RETURNS jsonb
@@ -45,6 +48,7 @@ DECLARE
     v_n       bigint;
     v_unpr    bigint;
     v_oldest  timestamptz;
+    v_next    timestamptz;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'kv_expire_step_v1: now must not be null' USING ERRCODE = '22023';
@@ -98,6 +102,16 @@ BEGIN
              ORDER BY k.expires_at
              LIMIT 1) h;
 
+    -- One probe per shard of the partial index, like the oldest expiry above.
+    SELECT min(h.expires_at) INTO v_next
+      FROM unnest(v_shards) AS s(shard)
+      CROSS JOIN LATERAL (
+            SELECT k.expires_at
+              FROM queen.kv k
+             WHERE k.shard = s.shard AND k.expires_at IS NOT NULL AND k.expires_at > p_now
+             ORDER BY k.expires_at
+             LIMIT 1) h;
+
     RETURN jsonb_build_object(
         'deleted', v_deleted,
         'done', v_deleted < v_budget,
@@ -105,6 +119,8 @@ BEGIN
         'unprunedCapped', v_unpr > v_cap,
         'lagMs', CASE WHEN v_oldest IS NULL THEN 0
                       ELSE greatest(0, floor(extract(epoch FROM (p_now - v_oldest)) * 1000))::bigint END,
+        'nextExpiryMs', CASE WHEN v_next IS NULL THEN NULL
+                             ELSE ceil(extract(epoch FROM (v_next - p_now)) * 1000)::bigint END,
         'nowMs', queen.epoch_ms_v1(p_now),
         'now', p_now);
 END

@@ -195,12 +195,15 @@ size_t inflate_budget(size_t max_fire_bytes) {
     return std::clamp(max_fire_bytes > hi ? hi : 2 * max_fire_bytes, lo, hi);
 }
 
+std::atomic<void (*)()> g_test_on_pack{nullptr};
+
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes, size_t budget) {
+    if (auto *seam = g_test_on_pack.load(std::memory_order_relaxed)) seam();
     return Packer(rows, max_fire_bytes, budget).run();
 }
 
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes) {
-    return Packer(rows, max_fire_bytes, inflate_budget(max_fire_bytes)).run();
+    return pack_timers(rows, max_fire_bytes, inflate_budget(max_fire_bytes));
 }
 
 }  // namespace qsw

@@ -3,6 +3,7 @@
 // while zstd works.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -84,5 +85,10 @@ size_t inflate_budget(size_t max_fire_bytes);
 // Throws std::bad_alloc (and std::runtime_error if zstd itself fails).
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes);
 PackResult pack_timers(const std::vector<ClaimedTimer> &rows, size_t max_fire_bytes, size_t inflate_budget);
+
+// Test seam (integration tests link the core): when set, called at the start of every
+// pack_timers on the packing thread, so a test can look at the database while a pack is
+// in progress (no connection may be held then). Null in production.
+extern std::atomic<void (*)()> g_test_on_pack;
 
 }  // namespace qsw

@@ -35,7 +35,10 @@ bool is_lock_timeout(const PgResult &r) { return !r.ok && r.sqlstate == "55P03";
 bool is_privilege_denied(const PgResult &r) { return !r.ok && r.sqlstate == "42501"; }
 
 bool is_schema_absent(const PgResult &r) {
-    return !r.ok && (r.sqlstate == "42883" || r.sqlstate == "3F000" || r.sqlstate == "42P01");
+    if (r.ok) return false;
+    for (auto s : kSchemaAbsentSqlstates)
+        if (r.sqlstate == s) return true;
+    return false;
 }
 
 bool is_apply_race(const PgResult &r) {

@@ -3,6 +3,7 @@
 // (the server's answer, a lost connection, a call never sent, our own code) is recorded in
 // the result by the layer that saw it (PgResult::origin), never read back from a message.
 #pragma once
+#include <array>
 #include <string_view>
 
 #include "pg/pg_conn.hpp"
@@ -38,7 +39,10 @@ inline bool is_never_sent(const PgResult &r) { return !r.ok && r.origin == Origi
 bool is_lock_timeout(const PgResult &r);
 // 42501 insufficient_privilege.
 bool is_privilege_denied(const PgResult &r);
-// The schema is not there: no function (42883), no schema (3F000), no table (42P01).
+// The schema is not there: no function (42883), no schema (3F000), no table (42P01). To a
+// question such as "which schema version is here?" that is the answer, not a failure: a
+// call that asks it names these (Query::answer_sqlstates) and the pool does not count them.
+inline constexpr std::array<std::string_view, 3> kSchemaAbsentSqlstates{"42883", "3F000", "42P01"};
 bool is_schema_absent(const PgResult &r);
 // Two appliers of the idempotent schema met on catalog rows: applying again is the fix.
 bool is_apply_race(const PgResult &r);

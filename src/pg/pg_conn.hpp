@@ -31,6 +31,11 @@ struct Query {
     bool binary_result = false;  // the statement's columns in binary (a bytea not doubled into hex)
     int64_t lock_timeout_ms = 0;  // > 0: this call's lock_timeout (pinned calls only), else 0 = none
     int64_t timeout_ms = 30000;
+    // SQLSTATEs that answer the caller's question rather than fail the call (e.g. "no such
+    // function" to "which schema version is here?"). The result is still !ok with that
+    // SQLSTATE, for the caller to read; the pool only leaves it out of calls_failed_total,
+    // the figure an operator alerts on.
+    std::vector<std::string> answer_sqlstates;
 };
 
 // Where a failed call's failure came from, recorded where it happened, so that no caller

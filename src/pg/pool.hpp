@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -19,6 +20,10 @@
 #include "pg/pg_conn.hpp"
 
 namespace qsw {
+
+// Test seam (integration tests link the core): when set, called on the loop thread with the
+// SQL of every call, in the order the pool is handed them. Null in production.
+extern std::atomic<void (*)(const std::string &sql)> g_test_call_observer;
 
 enum class Lane { push = 0, pop = 1, ack = 2, maint = 3 };
 constexpr int kLaneCount = 4;

@@ -310,7 +310,7 @@ std::string Stats::to_prometheus() {
     m.family("probes_total", "counter", "Probe calls.").sample(x.probes_total);
     m.family("capped_cycles_total", "counter", "Cycles whose drain hit its row budget or deadline.")
         .sample(x.capped_cycles_total);
-    m.family("pressure", "gauge", "Consecutive capped cycles.").sample(x.pressure);
+    m.family("pressure", "gauge", "Consecutive cycles under database pressure (a drain out of time or failed transiently).").sample(x.pressure);
     m.family("slow_pressure", "gauge", "Consecutive cycles whose drain ran out of time.").sample(x.slow_pressure);
     m.family("sleep_seconds", "gauge", "The last computed sleep.").sample(secs(x.sleep_ms));
     m.family("idle_cycles", "gauge", "Consecutive idle cycles.").sample(x.idle_cycles);
@@ -420,7 +420,8 @@ std::string Stats::to_prometheus() {
         .sample(x.backstop_ttl_dropped_total);
     m.family("backstop_queues_collected_total", "counter", "Idle implicit queues collected.")
         .sample(x.backstop_queues_collected_total);
-    m.family("backstop_hint_wakes_total", "counter", "Wakes the ephemeral engine rang for its own instants.")
+    m.family("backstop_hint_wakes_total", "counter",
+             "Instants the ephemeral engine reported through its waker (counted; a pass runs once a second).")
         .sample(hint_wakes);
     m.family("backstop_next_expiry_timestamp_seconds", "gauge",
              "Unix time of the nearest lease or ttl the engine reported (-1: none).")

@@ -35,10 +35,20 @@ struct LoopContext {
     std::function<void()> publish_pool;
 
     uint64_t now() const { return uv_now(loop); }
+    // The loop clock (ms) until `at`, 0 once it has passed.
+    int64_t ms_until(uint64_t at) const {
+        const uint64_t n = now();
+        return at > n ? static_cast<int64_t>(at - n) : 0;
+    }
     // The host hears of a committed fire: after the commit, never before; a callback that
     // throws is logged and ignored.
     void announce(const std::string &tenant, const std::string &queue, const std::string &partition,
                   uint32_t count, int64_t base_offset) const;
 };
+
+// The wall clock (unix ms): what the engine and the wake hints speak; the loop's own
+// monotonic clock is LoopContext::now (uv_now). Defined in sweeper.cpp.
+int64_t wall_now_ms();
+int64_t sat_sub(int64_t a, int64_t b);  // a - b, saturated
 
 }  // namespace qsw

@@ -1,15 +1,13 @@
 // The cycle of the design document, top to bottom:
 //   A. PROBE       one read-only call, one server now()
 //   B. DRAIN       claim and fire in the same iteration, under a lease budget
-//   C. SUB-CLOCKS  usage rollup, then KV prune, each on its own gate
+//   C. SUB-CLOCKS  usage rollup, then KV prune, each on its own gate (subclocks.hpp)
 //                  (the ephemeral backstop runs on its own timer: sweeper.cpp)
 //   D. SLEEP       due-driven, clamped, interruptible by the local wake
 #include <random>
 #include <stdexcept>
-#include <string_view>
 
 #include "pg/classify.hpp"
-#include "pg/schema.hpp"
 #include "sweeper/handback.hpp"
 #include "sweeper/ladder.hpp"
 #include "sweeper/sweeper.hpp"
@@ -17,185 +15,27 @@
 namespace qsw {
 
 Task<void> Sweeper::run() {
-    co_await prepare_schema();
+    co_await schema_->run();
     while (!stopping_.load()) {
         // Not ready because of the schema: look again now and then, so a schema an
         // operator applies (or grants given) later makes the sweeper ready.
-        if (!schema_ok_ && uv_now(&loop_) >= next_schema_check_mono_) {
-            co_await prepare_schema();
+        if (schema_->recheck_due()) {
+            co_await schema_->run();
             if (stopping_.load()) break;
         }
-        {
-            std::lock_guard<std::mutex> g(stats_.mu);
-            errors_at_cycle_start_ = stats_.f.cycle_errors_total;
-        }
+        readiness_.begin_cycle();
         // A cycle's own error is contained: counted against the fire, last_error set, and
         // the loop goes on after a backoff (the fire never switches itself off). The loop
         // ends only when it cannot run at all (its own libuv failures, loop_failed).
         if (g_test_fail_loop.exchange(false)) throw std::runtime_error("injected loop failure (test seam)");
         Settled<int64_t> c = co_await settle(cycle());
         const int64_t sleep_ms = c.error ? cycle_crashed(describe(c.error)) : *c.value;
-        end_cycle_health();
+        readiness_.end_cycle();
         if (stopping_.load()) break;
         co_await sleep_for(sleep_ms);
     }
     // Graceful: hand back every claim still held so no other broker waits out a lease.
     if (!hard_stop_.load()) co_await release_held();
-}
-
-// The schema version this library's sql/ records (sql/007_version.sql). An embedded
-// schema without queen.schema_version_v1 is unversioned: no check is possible.
-constexpr int64_t kSchemaVersion = 5;
-
-static bool embedded_schema_versioned() {
-    return std::string_view(kSchemaSql).find("schema_version_v1") != std::string_view::npos;
-}
-
-Task<Sweeper::SchemaVersion> Sweeper::read_schema_version() {
-    Query q;
-    q.sql = "SELECT queen.schema_version_v1()";
-    q.timeout_ms = cfg_.stmt_timeout_ms;
-    PgResult r = co_await pool_->query(Lane::maint, std::move(q));
-    SchemaVersion v;
-    if (r.ok && r.rows() == 1 && !r.is_null(0, 0)) {
-        v.ok = true;
-        v.version = std::stoll(r.get(0, 0));
-    } else if (r.ok || r.sqlstate == "42883" || r.sqlstate == "3F000" || r.sqlstate == "42P01") {
-        // No function, no schema, no table, or nothing recorded: the database predates
-        // versioning or has no schema at all.
-        v.ok = true;
-        v.absent = true;
-    } else {
-        v.error = std::move(r);
-    }
-    co_return v;
-}
-
-std::string Sweeper::last_stats_error() {
-    std::lock_guard<std::mutex> g(stats_.mu);
-    return stats_.f.last_error;
-}
-
-Task<void> Sweeper::prepare_schema() {
-    const bool first = next_schema_check_mono_ == 0;
-    next_schema_check_mono_ = uv_now(&loop_) + 5000;
-    const bool versioned = embedded_schema_versioned();
-    const int64_t want = versioned ? kSchemaVersion : 0;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        stats_.f.schema_version_expected = want;
-    }
-    const std::string fix = "apply the library's sql/*.sql with psql -f as a role that may run DDL (see sql/README.md), "
-                            "or set apply_schema=true";
-    if (!versioned) {
-        // A build without the version file: the schema step is the apply alone.
-        if (!cfg_.apply_schema) set_schema_outcome(true, "unversioned", "");
-        else if (first) {
-            const bool ok = co_await apply_schema();
-            set_schema_outcome(ok, ok ? "applied" : "failed", last_stats_error());
-        }
-        co_return;
-    }
-    SchemaVersion v = co_await read_schema_version();
-    if (stopping_.load()) co_return;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        stats_.f.schema_version_database = v.ok && !v.absent ? v.version : -1;
-    }
-    if (v.ok && !v.absent && v.version == want) {
-        if (cfg_.apply_schema && first) log_.info("schema version " + std::to_string(want) + " already recorded: DDL skipped");
-        set_schema_outcome(true, cfg_.apply_schema ? "skipped" : "current", "");
-        co_return;
-    }
-    if (v.ok && !v.absent && v.version > want) {
-        // Never apply older DDL over a newer schema: it would replace newer functions. The _v1
-        // functions this library calls are kept by every later schema, so it runs as is.
-        log_.warn("the database records schema version " + std::to_string(v.version) + ", newer than this library's " +
-                  std::to_string(want) + ": " + (cfg_.apply_schema ? "DDL not applied; " : "") +
-                  "the _v1 functions it calls are kept by newer schemas; upgrade this library when convenient");
-        set_schema_outcome(true, "newer", "");
-        co_return;
-    }
-    if (cfg_.apply_schema && first) {
-        // Older, absent or unreadable: apply, then read back what the apply recorded.
-        if (!co_await apply_schema()) {
-            set_schema_outcome(false, "failed",
-                               last_stats_error() + "; grant the role the rights to run DDL "
-                               "on schema queen, or apply sql/*.sql as its owner and set apply_schema=false");
-            co_return;
-        }
-        SchemaVersion after = co_await read_schema_version();
-        {
-            std::lock_guard<std::mutex> g(stats_.mu);
-            stats_.f.schema_version_database = after.ok && !after.absent ? after.version : -1;
-        }
-        if (after.ok && !after.absent && after.version == want) {
-            set_schema_outcome(true, "applied", "");
-        } else {
-            const std::string msg = "after the schema apply the database records version " +
-                                    (after.ok && !after.absent ? std::to_string(after.version) : std::string("none")) +
-                                    ", this library expects " + std::to_string(want);
-            log_.error(msg);
-            set_schema_outcome(false, "failed", msg);
-        }
-        co_return;
-    }
-    // apply_schema=false (or a failed apply being looked at again): say what to do.
-    std::string state, reason;
-    if (v.ok && v.absent) {
-        state = "unversioned";
-        reason = "the database has no queen.schema_version_v1(): the schema is not applied or predates version " +
-                 std::to_string(want) + "; " + fix;
-    } else if (v.ok) {
-        state = "older";
-        reason = "the database records schema version " + std::to_string(v.version) + ", older than this library's " +
-                 std::to_string(want) + "; " + fix;
-    } else {
-        const bool transient = classify_sqlstate(v.error.sqlstate) == ErrorClass::transient;
-        state = "pending";
-        reason = "cannot read the schema version" +
-                 (v.error.sqlstate.empty() ? std::string() : " (SQLSTATE " + v.error.sqlstate + ")") + ": " +
-                 v.error.message +
-                 (transient ? "" : v.error.sqlstate == "42501" ? "; grant the role USAGE on schema queen and EXECUTE "
-                                                                 "on its functions (sql/README.md)"
-                                                               : "");
-        if (!transient) note_error("schema version check", v.error);
-    }
-    if (reason != schema_reason_) {
-        if (state == "pending" && classify_sqlstate(v.error.sqlstate) == ErrorClass::transient) log_.info(reason);
-        else log_.warn(reason);
-    }
-    set_schema_outcome(false, state, reason);
-}
-
-Task<bool> Sweeper::apply_schema() {
-    int64_t backoff = 100;
-    while (!stopping_.load()) {
-        Query q;
-        q.sql = kSchemaSql;
-        q.simple = true;
-        q.timeout_ms = std::max<int64_t>(cfg_.stmt_timeout_ms, 60000);
-        PgResult r = co_await pool_->query(Lane::maint, std::move(q));
-        if (r.ok) {
-            log_.info("schema applied");
-            co_return true;
-        }
-        // Two brokers applying at the same moment race on catalog rows; the files
-        // are idempotent, so trying again is the whole fix.
-        const bool race = r.sqlstate == "23505" || r.sqlstate == "42P07" || r.sqlstate == "42710" ||
-                          r.sqlstate == "XX000" || r.sqlstate == "40P01";
-        if (!race && classify_sqlstate(r.sqlstate) != ErrorClass::transient) {
-            note_error("schema apply", r);
-            log_.error("schema apply failed (SQLSTATE " + r.sqlstate + "): " + r.message +
-                       "; the sweeper carries on and its calls will report what is missing");
-            co_return false;
-        }
-        note_error("schema apply", r);
-        publish_pool();
-        co_await sleep_for(backoff);
-        backoff = std::min<int64_t>(backoff * 2, 5000);
-    }
-    co_return false;
 }
 
 Task<int64_t> Sweeper::cycle() {
@@ -215,8 +55,8 @@ Task<int64_t> Sweeper::cycle() {
     // A. PROBE
     const ProbeResult pr = co_await probe(shards);
     publish_pool();
-    note_probe(pr.ok);
-    if (!pr.ok) update_ready();  // the reason carries the probe's error
+    readiness_.note_probe(pr.ok);
+    if (!pr.ok) readiness_.update();  // the reason carries the probe's error
     if (!pr.ok) {
         // The sub-clocks run on their own gates whatever the fire's health: a broken
         // timer schema must not stop the prune (whose alarm would freeze) or the rollup.
@@ -224,12 +64,9 @@ Task<int64_t> Sweeper::cycle() {
         // the same way and add load where the fire is already waiting.
         int64_t ms = error_backoff_ms_;
         if (!last_error_transient_ && !stopping_.load()) {
-            bool kv_work = false;
-            co_await sub_clocks(shards, step, pressure_, kv_work);
-            const uint64_t now = uv_now(&loop_);
-            ms = std::min(ms, ms_until_next_gate());
-            if (kv_work && !prune_off_)
-                ms = std::min<int64_t>(ms, next_prune_mono_ > now ? static_cast<int64_t>(next_prune_mono_ - now) : 0);
+            const bool kv_work = co_await sub_clocks_->run(shards, step, pressure_);
+            ms = std::min(ms, sub_clocks_->ms_until_next_gate());
+            if (kv_work) ms = std::min(ms, sub_clocks_->ms_until_prune());
             ms = std::max<int64_t>(ms, 1);
         }
         {
@@ -244,7 +81,7 @@ Task<int64_t> Sweeper::cycle() {
     // B. DRAIN
     CycleOutcome outcome = CycleOutcome::idle;
     int64_t next_in = pr.next_in_ms;
-    bool capped = false, out_of_time = false;
+    bool capped = false, out_of_time = false, failed_transient = false;
     if (!pr.fire_enabled) {
         // Paused by the operator (or maintenance): nothing is lost, the timers wait.
         // Keep looking at the ceiling so a resume takes effect within one cycle.
@@ -258,6 +95,7 @@ Task<int64_t> Sweeper::cycle() {
         Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
         capped = dr.capped;
         out_of_time = dr.out_of_time;
+        failed_transient = dr.failed && last_error_transient_;  // unreachable or overloaded
         if (dr.moved > 0) outcome = CycleOutcome::drained;
         else if (dr.empty_claim) outcome = CycleOutcome::empty_claim;
         else if (dr.failed) {
@@ -268,17 +106,23 @@ Task<int64_t> Sweeper::cycle() {
         outcome = CycleOutcome::work_due;
     }
     const int64_t prev_pressure = pressure_;
-    pressure_ = capped ? pressure_ + 1 : 0;
+    // Only database pressure is pressure: a drain that ran out of its half-lease (slow) or
+    // whose call failed transiently. A drain that merely used up its rows in good time is a
+    // backlog on a healthy database, and shedding the prune would only blind its alarm.
+    const bool db_pressure = out_of_time || failed_transient;
+    pressure_ = db_pressure ? pressure_ + 1 : 0;
     slow_pressure_ = out_of_time ? slow_pressure_ + 1 : 0;
     if (out_of_time) drain_->reset_batch();  // a slow database: back to the base batch
     if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
         log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
                  "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
-                     (capped ? ": the drain hit its budget" : ": the drain finished within its budget"));
+                     (out_of_time        ? ": the drain ran out of its half-lease (the database is slow)"
+                      : failed_transient ? ": a drain call failed (the database is unreachable or overloaded)"
+                                         : ": the database keeps up"));
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
-    if (!stopping_.load()) co_await sub_clocks(shards, step, prev_pressure, kv_work);
+    if (!stopping_.load()) kv_work = co_await sub_clocks_->run(shards, step, prev_pressure);
 
     // D. SLEEP
     if (outcome == CycleOutcome::idle && kv_work) {
@@ -294,7 +138,7 @@ Task<int64_t> Sweeper::cycle() {
     SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), slow_pressure_};
     // Never past a gate that is due, nor past the next try of a held partition's segments.
     const int64_t ms = std::max<int64_t>(
-        1, std::min({compute_sleep_ms(bands, in), ms_until_next_gate(), drain_->ms_until_kept_due()}));
+        1, std::min({compute_sleep_ms(bands, in), sub_clocks_->ms_until_next_gate(), drain_->ms_until_kept_due()}));
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;

@@ -12,8 +12,10 @@ struct LadderStep {
     int64_t fire_row_budget = 0;  // this cycle's row budget for the drain
 };
 
-// pressure = consecutive capped cycles (the drain hit its row budget or its
-// half-lease deadline). 1 sheds the prune, 2 or more sheds the rollup too.
+// pressure = consecutive cycles under database pressure (the drain ran out of its
+// half-lease, or one of its calls failed transiently: the database is slow, unreachable
+// or overloaded). 1 sheds the prune, 2 or more sheds the rollup too. A drain that merely
+// used up its row budget is a backlog on a healthy database and is no pressure at all.
 // slow_pressure = consecutive cycles whose drain ran out of time: the database is
 // slow, so the fire's budget halves per step, never below one claim batch. A drain
 // that merely used up its rows in good time is a backlog, not a slow database, and

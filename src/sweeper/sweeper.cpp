@@ -1,13 +1,12 @@
-// Lifecycle, the wake, the sleep and the ephemeral backstop. The cycle itself
-// lives in cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp.
+// Lifecycle, the wake and the sleep. The ephemeral backstop (backstop.cpp) has its handles
+// inited and closed from here, with the loop's others. The cycle itself lives in
+// cycle.cpp, probe.cpp, drain.cpp and subclocks.cpp (with prune.cpp, rollup.cpp).
 #include "sweeper/sweeper.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "base/last_error.hpp"
-#include "base/reentry.hpp"
 #include "pg/classify.hpp"
 
 namespace qsw {
@@ -26,7 +25,11 @@ int64_t wall_now_ms() {
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-Sweeper::Sweeper(Config cfg) : cfg_(std::move(cfg)), rng_(std::random_device{}()) {
+Sweeper::Sweeper(Config cfg)
+    : cfg_(std::move(cfg)),
+      backstop_(log_, stats_, loop_, stopping_),
+      readiness_(log_, stats_, stopping_),
+      rng_(std::random_device{}()) {
     log_.set_level(cfg_.log_level_number());
     log_.set_stderr(cfg_.log_stderr);
     start_shard_ = start_shard_for(cfg_.broker_id);
@@ -89,27 +92,7 @@ int Sweeper::set_backstop(const queen_sweeper_backstop *p) {
         set_last_error("queen_sweeper_set_backstop: the sweeper has already been started");
         return QUEEN_SWEEPER_ESTATE;
     }
-    if (!p) {
-        has_backstop_ = false;
-        backstop_ = {};
-        return QUEEN_SWEEPER_OK;
-    }
-    const size_t need = offsetof(queen_sweeper_backstop, attach_waker) + sizeof(p->attach_waker);
-    if (p->struct_size < offsetof(queen_sweeper_backstop, sweep) + sizeof(p->sweep)) {
-        set_last_error("queen_sweeper_set_backstop: provider->struct_size " + std::to_string(p->struct_size) +
-                       " is too small (expected " + std::to_string(sizeof(queen_sweeper_backstop)) + ")");
-        return QUEEN_SWEEPER_EINVAL;
-    }
-    if (!p->sweep) {
-        set_last_error("queen_sweeper_set_backstop: provider->sweep is NULL");
-        return QUEEN_SWEEPER_EINVAL;
-    }
-    backstop_ = {};
-    std::memcpy(&backstop_, p, std::min(p->struct_size, sizeof backstop_));
-    if (p->struct_size < need) backstop_.attach_waker = nullptr;
-    backstop_.struct_size = sizeof backstop_;
-    has_backstop_ = true;
-    return QUEEN_SWEEPER_OK;
+    return backstop_.set_provider(p);
 }
 
 int Sweeper::start() {
@@ -120,8 +103,10 @@ int Sweeper::start() {
         return QUEEN_SWEEPER_ESTATE;
     }
     if (!cfg_.sweeper) {
-        // The surfaces still exist: keys are not pruned and timers wait, nothing is lost.
-        log_.info("sweeper disabled by configuration (sweeper=false): timers will not fire and KV keys "
+        // The surfaces still exist: keys are not pruned and timers wait, nothing is lost. A
+        // warning, so a host without a log callback still sees it (on stderr): an operator
+        // must know that timers will not fire from this process.
+        log_.warn("sweeper disabled by configuration (sweeper=false): timers will not fire and KV keys "
                   "will not be pruned by this process; nothing is lost, they wait");
         phase_ = Phase::disabled;
         std::lock_guard<std::mutex> s(stats_.mu);
@@ -138,15 +123,10 @@ int Sweeper::start() {
     // Every handle is initialised here, before the thread exists.
     uv_async_init(&loop_, &wake_async_, [](uv_async_t *a) { static_cast<Sweeper *>(a->data)->on_wake_signal(); });
     uv_async_init(&loop_, &stop_async_, [](uv_async_t *a) { static_cast<Sweeper *>(a->data)->on_stop_signal(); });
-    uv_async_init(&loop_, &backstop_async_, [](uv_async_t *a) {
-        auto *s = static_cast<Sweeper *>(a->data);
-        s->backstop_hint_.store(INT64_MAX);  // re-armed: the next earlier instant rings again
-        s->schedule_backstop();
-    });
-    wake_async_.data = stop_async_.data = backstop_async_.data = this;
+    wake_async_.data = stop_async_.data = this;
+    backstop_.init_handles();
     uv_timer_init(&loop_, &sleep_timer_);
-    uv_timer_init(&loop_, &backstop_timer_);
-    sleep_timer_.data = backstop_timer_.data = this;
+    sleep_timer_.data = this;
     PoolOptions po;
     po.conninfo = cfg_.conninfo;
     po.pool_size = static_cast<int>(cfg_.pool_size);
@@ -165,10 +145,12 @@ int Sweeper::start() {
                                                      [this] { publish_pool(); }});
     recovery_ = std::make_unique<Recovery>(*ctx_, held_);
     drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_);
+    sub_clocks_ = std::make_unique<SubClocks>(*ctx_);
+    schema_ = std::make_unique<SchemaStep>(*ctx_, readiness_, [this](int64_t ms) { return sleep_for(ms); });
     {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
-        stats_.f.phase_backstop = has_backstop_ ? "on" : "off";
+        stats_.f.phase_backstop = backstop_.present() ? "on" : "off";
         stats_.f.ready_reason = cfg_.apply_schema ? "applying the schema" : "checking the schema version";
     }
     log_.info("sweeper starting: " + cfg_.to_json().dump());
@@ -178,10 +160,7 @@ int Sweeper::start() {
         log_.warn("sweeper_parallelism " + std::to_string(cfg_.sweeper_parallelism) + " exceeds lane_maint_slots " +
                   std::to_string(cfg_.lane_maint_slots) + ": fires beyond the slots wait for admission");
     accepting_wakes_.store(true);
-    if (has_backstop_ && backstop_.attach_waker) {
-        CallbackScope in_callback;
-        backstop_.attach_waker(backstop_.ctx, &Sweeper::backstop_wake, this);
-    }
+    backstop_.attach_waker();
     try {
         thread_ = std::thread([this] { thread_main(); });
     } catch (const std::exception &e) {
@@ -195,11 +174,7 @@ int Sweeper::start() {
 
 void Sweeper::thread_main() {
     pool_->start();
-    if (has_backstop_) {
-        backstop_last_run_unix_ms_ = wall_now_ms();
-        uv_timer_start(&backstop_timer_, [](uv_timer_t *t) { static_cast<Sweeper *>(t->data)->run_backstop(); },
-                       1000, 0);
-    }
+    backstop_.begin();
     spawn(run(), [this](std::exception_ptr e) { on_run_done(e); });
     uv_run(&loop_, UV_RUN_DEFAULT);
     // Anything a bug left open is closed here, and counted against a clean teardown.
@@ -260,10 +235,7 @@ void Sweeper::loop_failed(const std::string &why) {
 }
 
 void Sweeper::teardown() {
-    if (has_backstop_ && backstop_.attach_waker) {
-        CallbackScope in_callback;
-        backstop_.attach_waker(backstop_.ctx, nullptr, nullptr);
-    }
+    backstop_.detach_waker();
     publish_pool();
     pool_->shutdown("sweeper stopped");
     pool_->drain_posted();
@@ -275,12 +247,10 @@ void Sweeper::teardown() {
         if (!uv_is_closing(reinterpret_cast<uv_handle_t *>(h))) uv_close(reinterpret_cast<uv_handle_t *>(h), nullptr);
     };
     uv_timer_stop(&sleep_timer_);
-    uv_timer_stop(&backstop_timer_);
     close(&wake_async_);
     close(&stop_async_);
-    close(&backstop_async_);
     close(&sleep_timer_);
-    close(&backstop_timer_);
+    backstop_.close_handles();
 }
 
 int Sweeper::stop(uint32_t timeout_ms) {
@@ -294,11 +264,7 @@ int Sweeper::stop(uint32_t timeout_ms) {
         if (stats_.f.state != "failed") stats_.f.state = "stopping";
     }
     stopping_.store(true);
-    {
-        // Under the mutex, so a waiter between its check and its wait cannot miss it.
-        std::lock_guard<std::mutex> r(ready_mu_);
-    }
-    ready_cv_.notify_all();
+    readiness_.wake_waiters();
     ring(&stop_async_);
     int rc = QUEEN_SWEEPER_OK;
     {
@@ -335,23 +301,6 @@ void Sweeper::wake(int64_t at) noexcept {
     while (at < cur) {
         if (wake_hint_.compare_exchange_weak(cur, at, std::memory_order_acq_rel)) {
             if (ring(&wake_async_)) stats_.wake_signals_total.fetch_add(1, std::memory_order_relaxed);
-            return;
-        }
-    }
-}
-
-void Sweeper::backstop_wake(void *ctx, int64_t at) {
-    auto *s = static_cast<Sweeper *>(ctx);
-    s->stats_.backstop_wakes_total.fetch_add(1, std::memory_order_relaxed);
-    // Record the instant before ringing: the doorbell coalesces, so the loop reads
-    // the earliest owed instant from here rather than from the ring itself.
-    int64_t due = s->backstop_due_.load();
-    while (at < due && !s->backstop_due_.compare_exchange_weak(due, at)) {
-    }
-    int64_t cur = s->backstop_hint_.load();
-    while (at < cur) {
-        if (s->backstop_hint_.compare_exchange_weak(cur, at)) {
-            s->ring(&s->backstop_async_);
             return;
         }
     }
@@ -436,64 +385,6 @@ Task<void> Sweeper::sleep_for(int64_t ms) {
     sleep_deadline_unix_ms_ = 0;
 }
 
-// The ephemeral backstop: no connection, no slot, no lock outside the engine.
-// It runs on its own timer so a slow or absent database never delays it.
-void Sweeper::run_backstop() {
-    if (!has_backstop_ || stopping_.load()) return;
-    const int64_t now = wall_now_ms();
-    backstop_last_run_unix_ms_ = now;
-    // Everything owed up to now is this pass's; an instant rung while it runs stays owed.
-    backstop_due_.store(INT64_MAX);
-    queen_sweeper_backstop_result r{};
-    r.struct_size = sizeof r;
-    r.next_expiry_unix_ms = -1;
-    int rc = QUEEN_SWEEPER_EINTERNAL;
-    try {
-        CallbackScope in_callback;
-        rc = backstop_.sweep(backstop_.ctx, now, &r);
-    } catch (...) {
-        rc = QUEEN_SWEEPER_EINTERNAL;
-    }
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        auto &f = stats_.f;
-        ++f.backstop_runs_total;
-        if (rc != 0) {
-            ++f.backstop_failures_total;
-        } else {
-            f.backstop_redelivered_total += static_cast<int64_t>(r.redelivered);
-            f.backstop_exhausted_total += static_cast<int64_t>(r.exhausted);
-            f.backstop_ttl_dropped_total += static_cast<int64_t>(r.ttl_dropped);
-            f.backstop_queues_collected_total += static_cast<int64_t>(r.queues_collected);
-            f.backstop_next_expiry_unix_ms = r.next_expiry_unix_ms;
-        }
-    }
-    if (rc != 0) log_.warn("ephemeral backstop sweep failed with status " + std::to_string(rc));
-    // The engine announces an instant only once per pass (it rings when a lease or
-    // ttl is armed earlier than every one announced since the last sweep), so the
-    // nearest instant this pass saw is owed too. One that is not in the future was
-    // left armed by the engine itself: trusting it would spin, the second covers it.
-    if (rc == 0 && r.next_expiry_unix_ms > now) {
-        int64_t due = backstop_due_.load();
-        while (r.next_expiry_unix_ms < due && !backstop_due_.compare_exchange_weak(due, r.next_expiry_unix_ms)) {
-        }
-    }
-    schedule_backstop();
-}
-
-void Sweeper::schedule_backstop() {
-    if (!has_backstop_ || stopping_.load()) return;
-    // A pass at the next lease or ttl instant owed (rung by the engine, or seen by
-    // the last pass), to the millisecond, and in any case one second after the last
-    // pass: the second is the floor under a lost hint, not a cap on a hint. Every
-    // call re-arms the timer, so a nearer instant always moves it closer.
-    uv_update_time(&loop_);  // the timer counts from the loop's clock: make it now
-    const int64_t now = wall_now_ms();
-    const int64_t target = std::min(backstop_last_run_unix_ms_ + 1000, backstop_due_.load());
-    uv_timer_start(&backstop_timer_, [](uv_timer_t *t) { static_cast<Sweeper *>(t->data)->run_backstop(); },
-                   static_cast<uint64_t>(std::max<int64_t>(target - now, 0)), 0);
-}
-
 void Sweeper::publish_pool() {
     if (!pool_) return;
     PoolFigures p = pool_->figures();
@@ -516,7 +407,7 @@ void Sweeper::note_error(const std::string &phase, const PgResult &r) {
     ++stats_.f.phase_errors[static_cast<size_t>(error_phase_of(phase))][static_cast<size_t>(k)];
 }
 
-// ---- Readiness and health ----------------------------------------------------------
+// ---- Readiness -------------------------------------------------------------------------
 
 int Sweeper::wait_ready(uint32_t timeout_ms) {
     {
@@ -529,77 +420,7 @@ int Sweeper::wait_ready(uint32_t timeout_ms) {
             return QUEEN_SWEEPER_ESTATE;
         }
     }
-    std::unique_lock<std::mutex> lk(ready_mu_);
-    const bool done = ready_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
-                                         [this] { return ready_ || stopping_.load(); });
-    if (done && ready_) return QUEEN_SWEEPER_OK;
-    lk.unlock();
-    if (done) {
-        set_last_error("queen_sweeper_wait_ready: the sweeper is stopping");
-        return QUEEN_SWEEPER_ESTATE;
-    }
-    std::string reason;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        reason = stats_.f.ready_reason;
-    }
-    set_last_error("queen_sweeper_wait_ready: not ready after " + std::to_string(timeout_ms) + " ms: " + reason);
-    return QUEEN_SWEEPER_ETIMEDOUT;
-}
-
-void Sweeper::set_schema_outcome(bool ok, const std::string &state, const std::string &reason) {
-    schema_ok_ = ok;
-    schema_reason_ = reason;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        stats_.f.schema_state = state;
-    }
-    update_ready();
-}
-
-void Sweeper::note_probe(bool ok) {
-    if (!ok || probe_done_) return;
-    probe_done_ = true;
-    update_ready();
-}
-
-void Sweeper::update_ready() {
-    // Ready is latched: it says start-up is complete. Whether the sweeper works now is
-    // `healthy`, which turns with every failing cycle.
-    bool now_ready = false;
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        auto &f = stats_.f;
-        if (f.ready) return;
-        if (!schema_ok_) f.ready_reason = schema_reason_;
-        else if (!probe_done_)
-            f.ready_reason = "no probe has completed yet" + (f.last_error.empty() ? "" : ": last error: " + f.last_error);
-        else {
-            f.ready = true;
-            f.ready_reason.clear();
-            now_ready = true;
-        }
-    }
-    if (now_ready) {
-        {
-            std::lock_guard<std::mutex> r(ready_mu_);
-            ready_ = true;
-        }
-        ready_cv_.notify_all();
-        log_.info("sweeper ready");
-    }
-}
-
-void Sweeper::end_cycle_health() {
-    std::lock_guard<std::mutex> g(stats_.mu);
-    auto &f = stats_.f;
-    if (f.cycle_errors_total > errors_at_cycle_start_) {
-        ++f.failed_cycles_total;
-        ++f.consecutive_failed_cycles;
-    } else {
-        f.consecutive_failed_cycles = 0;
-    }
-    errors_at_cycle_start_ = f.cycle_errors_total;
+    return readiness_.wait(timeout_ms);
 }
 
 }  // namespace qsw

@@ -24,12 +24,16 @@
 #include "pg/pool.hpp"
 #include "queen_sweeper.h"
 #include "stats/stats.hpp"
+#include "sweeper/backstop.hpp"
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain.hpp"
 #include "sweeper/ladder.hpp"
+#include "sweeper/readiness.hpp"
 #include "sweeper/recovery.hpp"
+#include "sweeper/schema_step.hpp"
 #include "sweeper/sleep.hpp"
+#include "sweeper/subclocks.hpp"
 
 namespace qsw {
 
@@ -64,23 +68,6 @@ private:
     void teardown();
     void loop_failed(const std::string &why);
     Task<void> run();
-    Task<bool> apply_schema();
-    // The schema step at start: apply (skipped when the database already records this
-    // version) or only check the recorded version; sets schema_ok_ and the reason.
-    Task<void> prepare_schema();
-    struct SchemaVersion {
-        bool ok = false;       // the call answered
-        bool absent = false;   // no queen.schema_version_v1(): unversioned or no schema
-        int64_t version = -1;
-        PgResult error;
-    };
-    Task<SchemaVersion> read_schema_version();
-    // Readiness: schema step done and a probe completed; otherwise the reason.
-    void set_schema_outcome(bool ok, const std::string &state, const std::string &reason);
-    void note_probe(bool ok);
-    void update_ready();
-    void end_cycle_health();
-    std::string last_stats_error();
     Task<int64_t> cycle();  // returns the sleep that follows
     struct ProbeResult {
         bool ok = false;
@@ -92,12 +79,7 @@ private:
     Task<ProbeResult> probe(const std::vector<int16_t> &shards);
     // Graceful stop: hands back every claim still held (after resolving lost fires).
     Task<void> release_held();
-    Task<bool> kv_prune(const std::vector<int16_t> &shards, bool &kv_work);
-    void phase_off_config(const char *phase, const PgResult &r);
-    Task<bool> usage_rollup(const std::vector<int16_t> &shards);
     Task<void> sleep_for(int64_t ms);
-    void run_backstop();
-    void schedule_backstop();
     bool ring(uv_async_t *doorbell) noexcept;
     void on_wake_signal();
     void on_stop_signal();
@@ -106,18 +88,12 @@ private:
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);
     int64_t cycle_crashed(const std::string &why);  // a cycle that threw: counted, the backoff returned
-    Task<void> sub_clocks(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure,
-                          bool &kv_work);
-    int64_t ms_until_next_gate() const;
-    static void backstop_wake(void *ctx, int64_t at_unix_ms);
 
     Config cfg_;
     Logger log_;
     Stats stats_;
     queen_sweeper_fired_fn fired_fn_ = nullptr;
     void *fired_user_ = nullptr;
-    bool has_backstop_ = false;
-    queen_sweeper_backstop backstop_{};
 
     std::mutex life_mu_;  // serialises start/stop
     Phase phase_ = Phase::created;
@@ -125,15 +101,14 @@ private:
     uv_loop_t loop_{};
     uv_async_t wake_async_{};
     uv_async_t stop_async_{};
-    uv_async_t backstop_async_{};
     uv_timer_t sleep_timer_{};
-    uv_timer_t backstop_timer_{};
     std::unique_ptr<Pool> pool_;
+    Backstop backstop_;  // its own timer and doorbell, no connection: outside the cycle
+    // The phases, each owning its state (made at start, once the pool exists).
+    std::unique_ptr<SubClocks> sub_clocks_;  // C. the usage rollup and the KV prune
 
     // The wake: the nearest locally committed instant since the last re-arm.
     std::atomic<int64_t> wake_hint_{INT64_MAX};
-    std::atomic<int64_t> backstop_hint_{INT64_MAX};
-    std::atomic<int64_t> backstop_due_{INT64_MAX};  // earliest instant a backstop pass is owed at
     std::atomic<bool> accepting_wakes_{false};
     std::atomic<int> wakers_in_flight_{0};
 
@@ -142,16 +117,10 @@ private:
     std::mutex done_mu_;
     std::condition_variable done_cv_;
     bool graceful_done_ = false;
-
-    // Readiness, read by wait_ready on host threads.
-    std::mutex ready_mu_;
-    std::condition_variable ready_cv_;
-    bool ready_ = false;
-    bool schema_ok_ = false;      // loop thread
-    bool probe_done_ = false;     // loop thread
-    std::string schema_reason_ = "the schema step has not run yet";
-    uint64_t next_schema_check_mono_ = 0;
-    int64_t errors_at_cycle_start_ = 0;
+    // Readiness (wait_ready on host threads) and health; the schema step that readiness
+    // waits for (made at start, once the pool exists).
+    Readiness readiness_;
+    std::unique_ptr<SchemaStep> schema_;
 
     // Loop-thread state.
     std::coroutine_handle<> sleeper_;
@@ -163,15 +132,10 @@ private:
     int64_t idle_cycles_ = 0;
     int64_t pressure_ = 0;
     int64_t slow_pressure_ = 0;
-    bool prune_off_ = false, rollup_off_ = false, rollup_shed_ = false;  // class 42: off for the life of the process
-    uint64_t next_prune_mono_ = 0, next_rollup_mono_ = 0;
-    double last_quota_ratio_ = 0;
-    int64_t backstop_last_run_unix_ms_ = 0;
     bool fire_paused_logged_ = false;
     int64_t error_backoff_ms_ = 0;
     bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
     std::string last_logged_error_;
-    std::string shed_state_logged_ = "on/on";
     std::minstd_rand rng_;
     // The phases that own their state (drain.hpp, recovery.hpp), and the claims they share.
     HeldClaims held_;
@@ -179,9 +143,6 @@ private:
     std::unique_ptr<Recovery> recovery_;
     std::unique_ptr<Drain> drain_;
 };
-
-int64_t wall_now_ms();
-int64_t sat_sub(int64_t a, int64_t b);  // a - b, saturated
 
 // Test seams (integration tests link the core). The next cycle throws, as an internal error
 // would: contained, the loop goes on. The loop itself fails (outside any cycle, as its own

@@ -9,7 +9,8 @@
   database already records this version; an older or newer recorded version says what
   to do.
 - Silent by default no more: without a callback, warnings reach stderr (unless
-  log_stderr is false), and a misspelt QUEEN_SWEEPER_* variable is reported at create.
+  log_stderr is false), a misspelt QUEEN_SWEEPER_* variable is reported at create, and a
+  sweeper switched off (QUEEN_SWEEPER=false) says so at start as a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -253,3 +255,130 @@ def test_a_misspelt_variable_is_reported_at_create(conninfo):
         assert foreign not in text, text
     # At create, before any callback could be set: on stderr.
     assert "queen_sweeper warning: environment variable QUEEN_SWEEPER_MIN_SLEEP" in child.stderr, child.stderr
+
+
+_DISABLED_CHILD = textwrap.dedent("""
+    import json, sys
+    from queen_sweeper import Sweeper
+    sw = Sweeper(**json.loads(sys.argv[1]))
+    if len(sys.argv) > 2:
+        sw.on_log(lambda level, msg: print("log", level, msg, flush=True))
+    sw.start()
+    print("state", sw.stats()["state"], flush=True)
+    sw.close()
+""")
+
+
+def test_a_sweeper_switched_off_says_so_as_a_warning(conninfo):
+    """QUEEN_SWEEPER=false means timers do not fire from this process: an operator must see it
+    even on a host that installed no log callback (stderr gets warnings and errors only),
+    and a host whose callback listens to warnings only."""
+    env = dict(os.environ, QUEEN_SWEEPER="false")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bindings" / "python"), env.get("PYTHONPATH", "")])
+    cfg = {"conninfo": conninfo}   # read_env defaults to true: the variable counts
+    bare = subprocess.run([sys.executable, "-c", _DISABLED_CHILD, json.dumps(cfg)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert bare.returncode == 0, bare.stderr
+    assert "state disabled" in bare.stdout, bare.stdout
+    assert re.search(r"^queen_sweeper warning: sweeper disabled by configuration .*timers will not fire",
+                     bare.stderr, re.M), bare.stderr
+    heard = subprocess.run([sys.executable, "-c", _DISABLED_CHILD, json.dumps(dict(cfg, log_level="warn")),
+                            "callback"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert heard.returncode == 0, heard.stderr
+    assert re.search(r"^log 1 sweeper disabled by configuration", heard.stdout, re.M), heard.stdout
+
+
+# -- a healthy first start ----------------------------------------------------------------
+
+@pytest.fixture
+def fresh_database(conninfo):
+    """A database of its own with nothing in it (no schema queen), as a new deployment has;
+    dropped at teardown."""
+    name = "queen_fresh_" + uuid.uuid4().hex[:8]
+    admin = connect(conninfo)
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    parts = [p for p in conninfo.split() if not p.startswith("dbname=")]
+    yield " ".join(parts + [f"dbname={name}"])
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def test_a_healthy_first_start_counts_no_failed_call(sweepers, fresh_database):
+    """apply_schema on a fresh database: the version check finds no schema (3F000), which is
+    the answer it asked for, not a failure. No failed call, no error, healthy: an alert on
+    pool_calls_failed_total must not fire on every new deployment."""
+    h = sweepers(unique("fresh"), conninfo=fresh_database, apply_schema=True)
+    h.sw.start()
+    h.sw.wait_ready(60)
+    wait_for(lambda: h.stats()["cycles_total"] >= 3, 30, 0.05, "three cycles after the apply")
+    st = h.stats()
+    text = h.sw.metrics()
+    print(f"\n[first start] schema {st['schema']}, pool calls {st['pool']['calls_total']}, "
+          f"failed {st['pool']['calls_failed_total']}, cycle errors {st['cycle_errors_total']}")
+    assert st["schema"]["state"] == "applied", st["schema"]
+    assert st["schema"]["version_database"] == SCHEMA_VERSION
+    assert st["pool"]["calls_failed_total"] == 0, st["pool"]
+    assert metric(text, "queen_sweeper_pool_calls_failed_total") == 0
+    assert st["cycle_errors_total"] == 0 and st["last_error"] == "", st["last_error"]
+    assert st["healthy"] is True and metric(text, "queen_sweeper_healthy") == 1
+    assert all(n == 0 for per in st["phase_errors"].values() for n in per.values()), st["phase_errors"]
+    assert_clean_stop(h)
+
+
+# -- readiness after a rough start --------------------------------------------------------
+
+@pytest.fixture
+def refused_role(conninfo, schema):
+    """A LOGIN role holding queen_sweeper whose every connection the server refuses at first
+    (CONNECTION LIMIT 0: SQLSTATE 53300 at connect, what a server with every slot taken
+    answers), and a function that lets it in."""
+    name = "queen_test_full_" + uuid.uuid4().hex[:8]
+    admin = connect(conninfo)
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE ROLE "{name}" LOGIN CONNECTION LIMIT 0 IN ROLE queen_sweeper')
+
+    def let_in():
+        with admin.cursor() as cur:
+            cur.execute(f'ALTER ROLE "{name}" CONNECTION LIMIT -1')
+
+    yield with_user(conninfo, name), let_in
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,))
+        cur.execute(f'DROP ROLE "{name}"')
+    admin.close()
+
+
+def test_ready_follows_the_first_cycle_that_succeeds_after_a_rough_start(sweepers, refused_role, q):
+    """Every connection refused at start: the schema-version check and the probes fail. Once
+    the server lets the sweeper in, the first cycle that succeeds fires the timers, and ready
+    turns with it, not seconds later when a 5 s re-check of the schema comes round."""
+    conninfo, let_in = refused_role
+    h = sweepers(unique("rough"), conninfo=conninfo, sweeper_transient_backoff_ms=100)
+    h.sw.start()
+    wait_for(lambda: h.stats()["db_state"] == "down", 30, 0.02, 'db_state "down"')
+    queue = unique("roughq")
+    q.schedule([op_schedule(queue, f"k{i}", b"x", delay_ms=0) for i in range(5)])
+    time.sleep(1.0)
+    st = h.stats()
+    assert st["ready"] is False and st["fired_total"] == 0, st["ready_reason"]
+    let_in()
+    t0 = time.monotonic()
+    fired_at = ready_at = None
+    while time.monotonic() < t0 + 30 and (fired_at is None or ready_at is None):
+        st = h.stats()
+        now = time.monotonic()
+        if fired_at is None and st["fired_total"] >= 1:
+            fired_at = now
+        if ready_at is None and st["ready"]:
+            ready_at = now
+        time.sleep(0.005)
+    assert fired_at is not None and ready_at is not None, (fired_at, ready_at, h.stats()["ready_reason"])
+    print(f"\n[rough start] after the server let the sweeper in: first fire at {fired_at - t0:.2f} s, "
+          f"ready at {ready_at - t0:.2f} s ({(ready_at - fired_at) * 1000:+.0f} ms from the fire)")
+    wait_for(lambda: h.stats()["fired_total"] == 5, 30, 0.02, "every timer fired")
+    assert ready_at - fired_at < 0.5, f"ready {ready_at - fired_at:.2f} s after the first fire"
+    assert h.stats()["schema"]["state"] == "current"
+    h.sw.wait_ready(1)
+    assert_clean_stop(h)

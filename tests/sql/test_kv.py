@@ -123,6 +123,28 @@ def test_expire_step_deletes_dead_rows_only(q):
     assert q.one("SELECT count(*) FROM queen.kv") == 2
 
 
+def test_expire_step_reports_the_nearest_expiry_ahead(q):
+    # Nothing with a ttl: null, as for an empty table. Keys that never expire change nothing.
+    assert q.expire_step()["nextExpiryMs"] is None
+    q.put("forever", 1, forever=True)
+    assert q.expire_step()["nextExpiryMs"] is None
+    # The nearest instant still ahead, in ms from the caller's now; expired rows are not it.
+    put_expired(q, 3)
+    q.put("later", 1, ttl_ms=5000)
+    q.put("sooner", 1, ttl_ms=1200)
+    r = q.expire_step(max_rows=100)
+    assert r["deleted"] == 3 and r["nextExpiryMs"] == 1200
+    assert q.expire_step(now=NOW + ms(1199))["nextExpiryMs"] == 1
+    # At its instant a key is expired (kv_live_v1): the next one ahead is the later key.
+    r = q.expire_step(now=NOW + ms(1200))
+    assert r["deleted"] == 1 and r["nextExpiryMs"] == 3800
+    # Only the shards asked for count.
+    shard = q.one("SELECT shard FROM queen.kv WHERE key = 'later'")
+    others = [s for s in range(64) if s != shard]
+    assert q.expire_step(now=NOW + ms(1200), shards=others)["nextExpiryMs"] is None
+    assert q.expire_step(now=NOW + ms(1200), shards=[shard])["nextExpiryMs"] == 3800
+
+
 def test_expire_step_budget_and_lag(q):
     put_expired(q, 6, expired_by_ms=500)
     r = q.expire_step(max_rows=2)

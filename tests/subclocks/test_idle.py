@@ -186,3 +186,63 @@ def test_holding_the_net_keeps_every_idle_sleep_at_the_ceiling(q, sweepers):
     assert all(s <= 50 for _c, _i, s in seen), seen
     assert st["sleep_ms"] == 50 and sleeping == 50
     assert final["fired_total"] == 1 and final["wake_signals_total"] == 0
+
+
+# -- a KV table of live keys with a ttl is not idle ---------------------------------------
+
+KV_IDLE_KNOBS = dict(sweeper_max_sleep_ms=200, sweeper_idle_max_sleep_ms=3000,
+                     sweeper_idle_after_cycles=2, kv_expire_every_ms=200)
+
+
+def prune_cadence(h, seconds):
+    """(largest sleep_ms seen, prune calls made, largest idle_cycles) over `seconds`."""
+    calls0 = h.stats()["kv_prune_calls_total"]
+    deadline = time.monotonic() + seconds
+    sleeps, idles = [], []
+    while time.monotonic() < deadline:
+        st = h.stats()
+        sleeps.append(st["sleep_ms"])
+        idles.append(st["idle_cycles"])
+        time.sleep(0.01)
+    return max(sleeps), h.stats()["kv_prune_calls_total"] - calls0, max(idles)
+
+
+def test_live_keys_with_a_ttl_keep_the_prune_cadence(q, sweepers):
+    """No timer, and a queen.kv of live keys that expire later: not idle. A put rings no
+    wake, so the prune must keep its own cadence (here 200 ms, 1 s by default) for the keys
+    to come, and a key expiring during that time is pruned about one gate after its instant,
+    not at the end of an idle sleep (here 3 s, 30 s by default)."""
+    q.kv_insert("ttl-later", 100, expires_sql="now() + interval '1 hour'")
+    h = sweepers("kv-ttl-idle", **KV_IDLE_KNOBS)
+    h.start()
+    try:
+        wait_for(lambda: h.stats()["kv_prune_calls_total"] >= 2, 10, what="the first prune passes")
+        longest, calls, idle = prune_cadence(h, 3.0)
+        # A key with a short ttl, written the way a host writes it, expires while we watch.
+        q.kv_put("ttl-soon", "k", {"v": 1}, ttl_ms=1500)
+        expires = time.monotonic() + 1.5
+        wait_for(lambda: h.stats()["kv_deleted_total"] == 1, 10, 0.005, what="the short-lived key to be pruned")
+        pruned_after = time.monotonic() - expires
+    finally:
+        final = assert_clean_stop(h)
+    print(f"\n[kv with a ttl] sleeps at most {longest} ms, {calls} prune calls in 3 s, idle cycles at "
+          f"most {idle}; a 1.5 s key pruned {pruned_after * 1000:.0f} ms after it expired")
+    assert longest <= 200, f"the sleep grew to {longest} ms: the idle backoff took over"
+    assert idle < KV_IDLE_KNOBS["sweeper_idle_after_cycles"], idle
+    assert calls >= 9, f"{calls} prune calls in 3 s: the prune lost its 200 ms cadence"
+    assert pruned_after < 0.2 + 0.5, f"pruned {pruned_after:.2f} s after it expired"
+    assert final["kv_deleted_total"] == 1 and q.kv_count("ttl-later") == 100
+
+
+def test_keys_without_a_ttl_leave_the_table_idle(q, sweepers):
+    """Keys that never expire are no work for the prune: the idle backoff grows as with an
+    empty table (what the ttl rule above must not take away)."""
+    q.kv_insert("forever", 100, expires_sql="NULL")
+    h = sweepers("kv-forever-idle", **KV_IDLE_KNOBS)
+    h.start()
+    try:
+        seen = watch_sleeps(h, 3000, 20)
+    finally:
+        final = assert_clean_stop(h)
+    assert [s for _c, _i, s in seen][-1] == 3000
+    assert final["kv_deleted_total"] == 0 and q.kv_count("forever") == 100

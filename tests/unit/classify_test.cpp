@@ -36,3 +36,20 @@ TEST(Classify, NamesAreStable) {
     EXPECT_STREQ(error_class_name(ErrorClass::config), "config");
     EXPECT_STREQ(error_class_name(ErrorClass::permanent), "permanent");
 }
+
+TEST(Classify, TheSchemaAbsentIsNoFunctionNoSchemaOrNoTable) {
+    for (auto s : {"42883", "3F000", "42P01"}) {
+        PgResult r;
+        r.sqlstate = s;
+        EXPECT_TRUE(is_schema_absent(r)) << s;
+    }
+    for (auto s : {"42501", "42703", "", "08006", "22023"}) {
+        PgResult r;
+        r.sqlstate = s;
+        EXPECT_FALSE(is_schema_absent(r)) << s;
+    }
+    PgResult answered;
+    answered.ok = true;
+    answered.sqlstate = "42883";
+    EXPECT_FALSE(is_schema_absent(answered));
+}
