@@ -69,4 +69,14 @@ inline constexpr const char *kIdentifyServer =
     "coalesce(inet_server_port()::text, current_setting('port')), pg_is_in_recovery()";
 enum class IdentifyCol { server, in_recovery };
 
+// The schema version this database records. One row: int, or null.
+inline constexpr const char *kReadSchemaVersion = "SELECT queen.schema_version_v1()";
+
+// The KV prune's step. $1 int2[] shards (null: all), $2 int rows. One row: the jsonb answer
+// of queen.kv_expire_step_v1 as text.
+inline constexpr const char *kKvExpireStep = "SELECT queen.kv_expire_step_v1($1::int2[], now(), $2::int)::text";
+
+// The usage rollup's step. $1 int2[] shards, $2 int tenants. One row: jsonb as text.
+inline constexpr const char *kKvUsageStep = "SELECT queen.kv_usage_step_v1($1::int2[], now(), $2::int)::text";
+
 }  // namespace qsw::sql

@@ -49,108 +49,122 @@ Task<int64_t> Sweeper::cycle() {
         shedding_ladder(pressure_, slow_pressure_, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
 
     // After a lost connection: resolve its unanswered fires and hand its claims back
-    // (drain.cpp) before anything else, so they do not wait out the lease.
+    // (recovery.cpp) before anything else, so they do not wait out the lease.
     co_await recovery_->run();
 
     // A. PROBE
     const ProbeResult pr = co_await probe(shards);
     publish_pool();
     readiness_.note_probe(pr.ok);
-    if (!pr.ok) readiness_.update();  // the reason carries the probe's error
     if (!pr.ok) {
-        // The sub-clocks run on their own gates whatever the fire's health: a broken
-        // timer schema must not stop the prune (whose alarm would freeze) or the rollup.
-        // Only an unreachable or overloaded database skips them, since they would fail
-        // the same way and add load where the fire is already waiting.
-        int64_t ms = error_backoff_ms_;
-        if (!last_error_transient_ && !stopping_.load()) {
-            const bool kv_work = co_await sub_clocks_->run(shards, step, pressure_);
-            ms = std::min(ms, sub_clocks_->ms_until_next_gate());
-            if (kv_work) ms = std::min(ms, sub_clocks_->ms_until_prune());
-            ms = std::max<int64_t>(ms, 1);
-        }
-        {
-            std::lock_guard<std::mutex> g(stats_.mu);
-            ++stats_.f.cycles_total;
-            stats_.f.sleep_ms = ms;
-        }
+        readiness_.update();  // the reason carries the probe's error
+        const int64_t ms = co_await after_failed_probe(shards, step);
         co_return ms;
     }
     error_backoff_ms_ = 0;
 
     // B. DRAIN
-    CycleOutcome outcome = CycleOutcome::idle;
-    int64_t next_in = pr.next_in_ms;
-    bool capped = false, out_of_time = false, failed_transient = false;
-    if (!pr.fire_enabled) {
-        // Paused by the operator (or maintenance): nothing is lost, the timers wait.
-        // Keep looking at the ceiling so a resume takes effect within one cycle.
-        outcome = CycleOutcome::work_due;
-        next_in = cfg_.sweeper_max_sleep_ms;
-        std::lock_guard<std::mutex> g(stats_.mu);
-        ++stats_.f.fire_paused_cycles_total;
-    } else if (pr.empty) {
-        outcome = CycleOutcome::idle;
-    } else if (pr.due > 0 || pr.next_in_ms <= 0 || drain_->kept_due()) {
-        Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
-        capped = dr.capped;
-        out_of_time = dr.out_of_time;
-        failed_transient = dr.failed && last_error_transient_;  // unreachable or overloaded
-        if (dr.moved > 0) outcome = CycleOutcome::drained;
-        else if (dr.empty_claim) outcome = CycleOutcome::empty_claim;
-        else if (dr.failed) {
-            outcome = CycleOutcome::work_due;
-            next_in = cfg_.sweeper_transient_backoff_ms;
-        } else outcome = CycleOutcome::work_due;
-    } else {
-        outcome = CycleOutcome::work_due;
-    }
-    const int64_t prev_pressure = pressure_;
-    // Only database pressure is pressure: a drain that ran out of its half-lease (slow) or
-    // whose call failed transiently. A drain that merely used up its rows in good time is a
-    // backlog on a healthy database, and shedding the prune would only blind its alarm.
-    const bool db_pressure = out_of_time || failed_transient;
-    pressure_ = db_pressure ? pressure_ + 1 : 0;
-    slow_pressure_ = out_of_time ? slow_pressure_ + 1 : 0;
-    if (out_of_time) drain_->reset_batch();  // a slow database: back to the base batch
-    if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
-        log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
-                 "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
-                     (out_of_time        ? ": the drain ran out of its half-lease (the database is slow)"
-                      : failed_transient ? ": a drain call failed (the database is unreachable or overloaded)"
-                                         : ": the database keeps up"));
+    const DrainStep d = co_await drain_step(pr, shards, step);
+    const int64_t prev_pressure = note_pressure(d);
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
     if (!stopping_.load()) kv_work = co_await sub_clocks_->run(shards, step, prev_pressure);
 
     // D. SLEEP
-    if (outcome == CycleOutcome::idle && kv_work) {
-        outcome = CycleOutcome::work_due;  // expired keys remain: keep the prune's cadence
-        next_in = cfg_.sweeper_max_sleep_ms;
+    co_return sleep_after(d, kv_work);
+}
+
+// The sub-clocks run on their own gates whatever the fire's health: a broken timer schema
+// must not stop the prune (whose alarm would freeze) or the rollup. Only an unreachable or
+// overloaded database skips them, since they would fail the same way and add load where
+// the fire is already waiting.
+Task<int64_t> Sweeper::after_failed_probe(const std::vector<int16_t> &shards, const LadderStep &step) {
+    int64_t ms = error_backoff_ms_;
+    if (!last_error_transient_ && !stopping_.load()) {
+        const bool kv_work = co_await sub_clocks_->run(shards, step, pressure_);
+        ms = std::min(ms, sub_clocks_->ms_until_next_gate());
+        if (kv_work) ms = std::min(ms, sub_clocks_->ms_until_prune());
+        ms = std::max<int64_t>(ms, 1);
     }
-    idle_cycles_ = outcome == CycleOutcome::idle ? idle_cycles_ + 1 : 0;
+    std::lock_guard<std::mutex> g(stats_.mu);
+    ++stats_.f.cycles_total;
+    stats_.f.sleep_ms = ms;
+    co_return ms;
+}
+
+// What the probe says to do, done: nothing (paused, idle, not due yet) or a drain.
+Task<Sweeper::DrainStep> Sweeper::drain_step(const ProbeResult &pr, const std::vector<int16_t> &shards,
+                                             const LadderStep &step) {
+    DrainStep d;
+    d.next_in = pr.next_in_ms;
+    if (!pr.fire_enabled) {
+        // Paused by the operator (or maintenance): nothing is lost, the timers wait.
+        // Keep looking at the ceiling so a resume takes effect within one cycle.
+        d.outcome = CycleOutcome::work_due;
+        d.next_in = cfg_.sweeper_max_sleep_ms;
+        std::lock_guard<std::mutex> g(stats_.mu);
+        ++stats_.f.fire_paused_cycles_total;
+        co_return d;
+    }
+    if (pr.empty) co_return d;  // idle
+    d.outcome = CycleOutcome::work_due;
+    if (pr.due <= 0 && pr.next_in_ms > 0 && !drain_->kept_due()) co_return d;
+    const Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
+    d.capped = dr.capped;
+    d.out_of_time = dr.out_of_time;
+    d.failed_transient = dr.failed && last_error_transient_;  // unreachable or overloaded
+    if (dr.moved > 0) d.outcome = CycleOutcome::drained;
+    else if (dr.empty_claim) d.outcome = CycleOutcome::empty_claim;
+    else if (dr.failed) d.next_in = cfg_.sweeper_transient_backoff_ms;
+    co_return d;
+}
+
+// Only database pressure is pressure: a drain that ran out of its half-lease (slow) or whose
+// call failed transiently. A drain that merely used up its rows in good time is a backlog on
+// a healthy database, and shedding the prune would only blind its alarm. Returns the
+// pressure before this cycle (what the sub-clocks are shed by).
+int64_t Sweeper::note_pressure(const DrainStep &d) {
+    const int64_t prev_pressure = pressure_;
+    const bool db_pressure = d.out_of_time || d.failed_transient;
+    pressure_ = db_pressure ? pressure_ + 1 : 0;
+    slow_pressure_ = d.out_of_time ? slow_pressure_ + 1 : 0;
+    if (d.out_of_time) drain_->reset_batch();  // a slow database: back to the base batch
+    if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
+        log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
+                 "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
+                     (d.out_of_time        ? ": the drain ran out of its half-lease (the database is slow)"
+                      : d.failed_transient ? ": a drain call failed (the database is unreachable or overloaded)"
+                                           : ": the database keeps up"));
+    return prev_pressure;
+}
+
+// D. SLEEP: the bands (sleep.hpp), never past a gate that is due, nor past the next try of
+// a held partition's segments.
+int64_t Sweeper::sleep_after(DrainStep d, bool kv_work) {
+    if (d.outcome == CycleOutcome::idle && kv_work) {
+        d.outcome = CycleOutcome::work_due;  // expired keys remain: keep the prune's cadence
+        d.next_in = cfg_.sweeper_max_sleep_ms;
+    }
+    idle_cycles_ = d.outcome == CycleOutcome::idle ? idle_cycles_ + 1 : 0;
     SleepBands bands{cfg_.sweeper_min_sleep_ms,       cfg_.sweeper_max_sleep_ms,
                      cfg_.sweeper_idle_max_sleep_ms,  cfg_.sweeper_idle_after_cycles,
                      cfg_.sweeper_empty_claim_min_ms, cfg_.sweeper_empty_claim_max_ms};
     std::uniform_real_distribution<double> jitter(0.0, 1.0);
     // Only a slow database lengthens the sleep; a backlog goes again at the floor.
-    SleepInput in{outcome, next_in, idle_cycles_, jitter(rng_), slow_pressure_};
-    // Never past a gate that is due, nor past the next try of a held partition's segments.
+    SleepInput in{d.outcome, d.next_in, idle_cycles_, jitter(rng_), slow_pressure_};
     const int64_t ms = std::max<int64_t>(
         1, std::min({compute_sleep_ms(bands, in), sub_clocks_->ms_until_next_gate(), drain_->ms_until_kept_due()}));
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        auto &f = stats_.f;
-        ++f.cycles_total;
-        f.pressure = pressure_;
-        f.slow_pressure = slow_pressure_;
-        if (capped) ++f.capped_cycles_total;
-        f.sleep_ms = ms;
-        f.idle_cycles = idle_cycles_;
-        f.phase_fire = "on";
-    }
-    co_return ms;
+    std::lock_guard<std::mutex> g(stats_.mu);
+    auto &f = stats_.f;
+    ++f.cycles_total;
+    f.pressure = pressure_;
+    f.slow_pressure = slow_pressure_;
+    if (d.capped) ++f.capped_cycles_total;
+    f.sleep_ms = ms;
+    f.idle_cycles = idle_cycles_;
+    f.phase_fire = "on";
+    return ms;
 }
 
 // A cycle that threw: what it held is still in held_ and goes back on the next cycle's

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "pg/classify.hpp"
+#include "pg/statements.hpp"
 #include "pg/sql_args.hpp"
 #include "sweeper/subclocks.hpp"
 
@@ -41,7 +42,7 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
     for (int call = 0; call < kPruneCallsPerPass && !ctx_.stopping.load(); ++call) {
         const int64_t batch = std::max<int64_t>(ctx_.cfg.kv_expire_batch, 1);
         Query q;
-        q.sql = "SELECT queen.kv_expire_step_v1($1::int2[], now(), $2::int)::text";
+        q.sql = sql::kKvExpireStep;
         q.params = {text_param(shards_param(shards)), text_param(std::to_string(batch))};
         q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
         PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "pg/classify.hpp"
+#include "pg/statements.hpp"
 #include "pg/sql_args.hpp"
 #include "sweeper/subclocks.hpp"
 
@@ -40,7 +41,7 @@ Task<void> Rollup::run(const std::vector<int16_t> &shards, bool allowed, uint64_
 
 Task<bool> Rollup::pass(const std::vector<int16_t> &shards) {
     Query q;
-    q.sql = "SELECT queen.kv_usage_step_v1($1::int2[], now(), $2::int)::text";
+    q.sql = sql::kKvUsageStep;
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(kRollupMaxTenants))};
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "pg/classify.hpp"
+#include "pg/statements.hpp"
 #include "pg/schema.hpp"
 
 namespace qsw {
@@ -33,7 +34,7 @@ std::string SchemaStep::last_stats_error() {
 
 Task<SchemaStep::Version> SchemaStep::read_version() {
     Query q;
-    q.sql = "SELECT queen.schema_version_v1()";
+    q.sql = sql::kReadSchemaVersion;
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     // Before the schema exists these are the answer, not a failure: a healthy first start
     // counts no failed call (an alert on pool_calls_failed_total would fire on every new

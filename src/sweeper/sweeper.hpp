@@ -77,6 +77,16 @@ private:
         bool fire_enabled = true;
     };
     Task<ProbeResult> probe(const std::vector<int16_t> &shards);
+    // What the cycle's drain step decided (cycle.cpp), for the pressure and the sleep.
+    struct DrainStep {
+        CycleOutcome outcome = CycleOutcome::idle;
+        int64_t next_in = 0;
+        bool capped = false, out_of_time = false, failed_transient = false;
+    };
+    Task<int64_t> after_failed_probe(const std::vector<int16_t> &shards, const LadderStep &step);
+    Task<DrainStep> drain_step(const ProbeResult &pr, const std::vector<int16_t> &shards, const LadderStep &step);
+    int64_t note_pressure(const DrainStep &d);
+    int64_t sleep_after(DrainStep d, bool kv_work);
     // Graceful stop: hands back every claim still held (after resolving lost fires).
     Task<void> release_held();
     Task<void> sleep_for(int64_t ms);
