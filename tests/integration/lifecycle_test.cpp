@@ -92,12 +92,15 @@ TEST_F(Lifecycle, GracefulStopWaitsForTheQueryInFlight) {
     testdb::Conn locker;
     locker.exec("BEGIN");
     locker.exec("LOCK TABLE queen.log_timers IN ACCESS EXCLUSIVE MODE");
-    queen_sweeper *sw = make();
+    // Its own application_name, as the test below: another test's sweeper run beside it
+    // (ctest -j) blocks on the same lock, and must not pass for this one.
+    const std::string app = "qs-lifecycle-graceful-" + std::to_string(::getpid());
+    queen_sweeper *sw = make("", testdb::sweeper_conninfo() + " application_name=" + app);
     ASSERT_EQ(queen_sweeper_start(sw), 0);
     testdb::Conn watch;
     ASSERT_TRUE(wait_for([&] {
-        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'queen-sweeper' "
-                           "AND wait_event_type = 'Lock'") > 0;
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app +
+                           "' AND wait_event_type = 'Lock'") > 0;
     }, 10000)) << "the probe never blocked on the lock";
     // Ordering, not timing: the stop may only return after the lock was let go, so
     // `released` must be set whenever it returns (a loaded machine can delay either side).
