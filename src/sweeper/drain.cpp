@@ -573,7 +573,8 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
 Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
                                             const CallPlan &plan) {
     const ErrorClass cls = classify(r);
-    {
+    // A lock wait that ran out is a partition still held (busy), not a failed fire.
+    if (!is_lock_timeout(r)) {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         auto &f = ctx_.stats.f;
         if (cls == ErrorClass::transient) ++f.fire_failures_transient;

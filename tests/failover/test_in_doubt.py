@@ -15,7 +15,7 @@ Both tests lose the connection of a fire at a chosen instant on a private cluste
 import time
 import uuid
 
-from failkit import (FiredLog, PartitionLock, Queen, assert_clean_stop, backend_of, connect,
+from failkit import (FiredLog, Queen, assert_clean_stop, backend_of, connect,
                      delivered_once, make_sweeper, op_schedule, wait_for)
 
 N = 5
@@ -51,13 +51,16 @@ def _setup(private_pg, name):
 
 
 def _schedule_behind_lock(ci, q, queue, part_id, h):
-    lock = PartitionLock(ci, [part_id])
+    # The log's segment table held ACCESS EXCLUSIVE (an operator's maintenance): the whole
+    # fire call waits inside one transaction. (A partition someone holds is never waited on
+    # for long: the fire keeps those segments and tries again, so it cannot hold a call.)
+    lock = connect(ci, autocommit=False)
+    lock.cursor().execute("LOCK TABLE queen.log_segments IN ACCESS EXCLUSIVE MODE")
     txns = [f"txn-{i}" for i in range(N)]
     q.schedule([op_schedule(queue, f"k{i}", b"payload-%d" % i, partition="p0", txn=txns[i]) for i in range(N)])
     h.wake(0)
-    # The first fire call does not wait (the partition comes back "busy"); the second does.
     pids = wait_for(lambda: backend_of(q, "%log_timers_fire_v1%", wait_event_type="Lock"), 30, 0.02,
-                    "the fire waiting for the partition lock")
+                    "the fire waiting for the locked table")
     claimed_until = q.one("SELECT max(claimed_until) FROM queen.log_timers WHERE queue = %s", (queue,))
     return lock, txns, pids[0], claimed_until
 
