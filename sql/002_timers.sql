@@ -1023,7 +1023,8 @@ $fn$;
 --   config | permanent -> attempts + 1, now + least(backoff_max_ms, backoff_min_ms *
 --                         2^(attempts before this failure)) (defaults 1000 / 60000).
 -- exhausted lists the config/permanent failures whose attempts reached max_attempts
--- (default 5); the caller moves them with log_timers_dlq_v1.
+-- (default 5). log_timers_fail_v2 (the sweeper's call) moves them to the DLQ in the same
+-- transaction; a caller of this one would move them with log_timers_dlq_v1, in another.
 -- Refused with 22023: unknown class, arrays of different lengths, null now.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
 CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(

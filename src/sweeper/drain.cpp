@@ -196,7 +196,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
             co_return;
         }
         p.acc.moved += got;
-        after_claim(cur, contended_before, p);
+        after_claim(cur, contended_before);
         if (ahead == 0) {
             if (!full) co_return;  // nothing more is due for us
             // In turn: the next claim now that this fire is done (the budget is read now).
@@ -211,7 +211,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
 // The batch after a claim was fired (next_claim_batch), and the contention hold: a claim
 // whose fires met another broker (busy or stale segments) makes the next claims wait for
 // their fires for a second.
-void Drain::after_claim(Claim &c, int64_t contended_before, Pass &) {
+void Drain::after_claim(Claim &c, int64_t contended_before) {
     const bool contended = fire_contention() != contended_before;
     if (contended) {
         contended_until_ = ctx_.now() + kContendedHoldMs;

@@ -109,7 +109,7 @@ private:
     Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why);
     void keep(const std::vector<ClaimedTimer> &rows, FireBatch busy, const CallPlan &plan, int64_t tries);
     Task<void> retry_kept();
-    void after_claim(Claim &c, int64_t contended_before, Pass &p);
+    void after_claim(Claim &c, int64_t contended_before);
     bool contended_recently() const { return ctx_.now() < contended_until_; }
     int64_t fire_contention() const;
     void set_batch(int64_t rows);
