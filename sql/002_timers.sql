@@ -132,6 +132,23 @@ BEGIN
 END
 $apply$;
 
+-- The second secondary index (schema version 7): (tenant_id, visible_at) over the rows in
+-- nobody's hands. It gives each tenant its own oldest-first walk, so that the claim can
+-- take a share of a tenant whose due rows sit behind another tenant's backlog in the
+-- (visible_at) index (log_timers_claim_v3). Partial on claim_token IS NULL: a claim moves a
+-- row out of it (no entry is added by a claim, the claim's write cost is unchanged); a
+-- schedule, a release and a failure's backoff put it back. Built once, behind a catalog
+-- check (SHARE lock: writers wait for the build; on a large table build it beforehand with
+-- CREATE INDEX CONCURRENTLY under this name, README "Upgrading").
+DO $apply$
+BEGIN
+    IF to_regclass('queen.log_timers_tenant_due_idx') IS NULL THEN
+        CREATE INDEX log_timers_tenant_due_idx ON queen.log_timers (tenant_id, visible_at)
+         WHERE claim_token IS NULL;
+    END IF;
+END
+$apply$;
+
 -- ---------------------------------------------------------------------------------------
 -- Small helpers
 -- ---------------------------------------------------------------------------------------
@@ -156,6 +173,75 @@ SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
     SELECT array_agg(g::int2 ORDER BY g) FROM generate_series(0, 63) AS g
 $fn$;
+
+-- queen.log_timers_not_before_v1(deliver_at, now) -> timestamptz or null: what a write puts
+-- in claimed_until of a row it leaves in nobody's hands (claim_token null): the writer's now
+-- when deliver_at is earlier, else null (and null with a null now: the behaviour of schema
+-- versions 1-6, for their callers). So that visible_at = greatest(deliver_at,
+-- claimed_until) is never earlier than the now of the write: a timer scheduled with a
+-- deliverAt in the past, a replace, a reschedule, a hand-back. This is the rule the floor
+-- rests on (3a, log_timers_due_v2): a row can only land behind a floor if its transaction
+-- commits more than the floor's slack after the now it wrote with. The claim (now + lease)
+-- and a failure (now + backoff) keep the rule by themselves. Locks: none.
+-- No SET search_path (it runs per row of a hand-back): every name is schema-qualified.
+CREATE OR REPLACE FUNCTION queen.log_timers_not_before_v1(p_deliver_at timestamptz, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+AS $fn$
+    SELECT CASE WHEN p_deliver_at OPERATOR(pg_catalog.<) p_now THEN p_now END
+$fn$;
+
+-- queen.log_timers_floor_slack_v1() -> interval: how far behind the now of a probe or a
+-- claim the floor is kept at least (3a). A row whose transaction commits more than this
+-- after the now it wrote with may land behind the floor: the sweeper's walk from the index
+-- head (log_timers_below_floor_v1) finds it. 5 seconds: a host transaction that writes a
+-- timer with now() and commits within 5 s of its start is never behind; each second of
+-- slack at 3,000 timers/s is about 3,000 dead index entries a walk passes while a snapshot
+-- is held (tests/bench/README.md, "held snapshot"). Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_floor_slack_v1()
+RETURNS interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+    SELECT interval '5 seconds'
+$fn$;
+
+-- queen.log_timers_not_behind_v1() -> trigger: the floor's rule (3a) for a write that does
+-- not go through this schema's functions (an operator's INSERT or UPDATE by hand, a
+-- function of an older schema version during a rolling upgrade, such as
+-- log_timers_release_v1): a row left in nobody's hands at a visible_at before its
+-- transaction's now() is put at now() (claimed_until = now(), claim_token null), so that no
+-- sweeper's floor is past it. The trigger's WHEN clause is false for every write of this
+-- schema's functions (they put such a row at their caller's now already), so the function
+-- runs only for those other writes; a claim (claim_token set) never meets it.
+-- The one function here that reads the clock: a write by hand has no caller's now.
+-- Locks: none beyond the write's own.
+CREATE OR REPLACE FUNCTION queen.log_timers_not_behind_v1()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+BEGIN
+    NEW.claimed_until := now();
+    RETURN NEW;
+END
+$fn$;
+
+-- Created once, behind a catalog check (CREATE TRIGGER takes a SHARE ROW EXCLUSIVE lock on
+-- the table; every later apply stays lock-free).
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'queen.log_timers'::regclass AND tgname = 'log_timers_not_behind') THEN
+        CREATE TRIGGER log_timers_not_behind
+            BEFORE INSERT OR UPDATE OF deliver_at, claimed_until, claim_token ON queen.log_timers
+            FOR EACH ROW
+            WHEN (NEW.claim_token IS NULL
+                  AND greatest(NEW.deliver_at, coalesce(NEW.claimed_until, NEW.deliver_at)) < now())
+            EXECUTE FUNCTION queen.log_timers_not_behind_v1();
+    END IF;
+END
+$apply$;
 
 -- queen.log_timers_op_field_v1(op, index, field, json type, required) -> jsonb
 -- One field of an apply op, type-checked; a JSON null counts as absent; strings other than
@@ -540,13 +626,14 @@ BEGIN
                 claim_token, created_at, updated_at)
         VALUES (p_tenant, p_queue, p_key, coalesce(p_part, 'Default'), v_deliver,
                 p_txn, v_mid, p_payload, coalesce(p_zstd, false),
-                coalesce(p_enc, false), p_producer_sub, 0, NULL, NULL, NULL, p_now, p_now)
+                coalesce(p_enc, false), p_producer_sub, 0, NULL,
+                queen.log_timers_not_before_v1(v_deliver, p_now), NULL, p_now, p_now)
         ON CONFLICT (tenant_id, queue, timer_key) DO UPDATE
            SET partition = excluded.partition, deliver_at = excluded.deliver_at,
                txn = excluded.txn, message_id = excluded.message_id,
                payload = excluded.payload, payload_zstd = excluded.payload_zstd,
                encrypted = excluded.encrypted, producer_sub = excluded.producer_sub,
-               attempts = 0, last_error = NULL, claimed_until = NULL, claim_token = NULL,
+               attempts = 0, last_error = NULL, claimed_until = excluded.claimed_until, claim_token = NULL,
                created_at = excluded.created_at, updated_at = excluded.updated_at
          WHERE NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
         RETURNING t.message_id, t.deliver_at, (t.xmax <> 0)
@@ -560,7 +647,8 @@ BEGIN
     ELSIF p_kind = 'reschedule' THEN
         UPDATE queen.log_timers AS t
            SET deliver_at = v_deliver,
-               claimed_until = NULL, claim_token = NULL, attempts = 0, last_error = NULL,
+               claimed_until = queen.log_timers_not_before_v1(v_deliver, p_now), claim_token = NULL,
+               attempts = 0, last_error = NULL,
                partition = coalesce(p_part, t.partition),
                txn = coalesce(p_txn, t.txn),
                payload = coalesce(p_payload, t.payload),
@@ -1002,6 +1090,329 @@ AS $fn$
                                             NULL, NULL, NULL)
 $fn$;
 
+-- ---------------------------------------------------------------------------------------
+-- 3a. the floor: the probe and the claim under a held snapshot (schema version 7)
+-- ---------------------------------------------------------------------------------------
+-- A row the fire deleted, and the entry a claim moved away from, stay in the (visible_at)
+-- index until a vacuum may remove them, and no vacuum may while any snapshot older than
+-- them is open (a report, a pg_dump, a session idle in transaction, a standby's
+-- hot_standby_feedback). They sit at the index's head, where the drain works: a walk from
+-- the head passes every one of them, a cost that grows for as long as the snapshot is
+-- held (measured in tests/bench/README.md, "held snapshot"). The floor is where the walk
+-- starts instead: an instant no live row is behind. The sweeper keeps it (one per
+-- sweeper, in memory; nothing shared, no leader) and passes it to each probe and claim,
+-- which answer the next one:
+--
+--   floor' = least(h, t0 - slack)
+--
+-- h: the earliest visible_at of a live row at or after the floor, as a plain read sees it
+-- (a row another claim has locked is seen where it was, so a claim that rolls back leaves
+-- its rows in front of the floor, never behind); t0: the caller's now (its transaction's
+-- start: every transaction committed before it is in the read's snapshot); slack:
+-- log_timers_floor_slack_v1(). Every write puts its row at or after the now it writes with
+-- (log_timers_not_before_v1), so a row that commits after the read is at or after
+-- t0 - slack unless its transaction committed more than the slack after that now: no row
+-- lands behind the floor but such a slow transaction's,
+-- and that one the sweeper's walk from the head finds (log_timers_below_floor_v1, on its
+-- own clock, off the drain's path). A null floor is the index's head (a sweeper's first
+-- probe, a new server after a failover).
+
+-- queen.log_timers_due_v2(shards int2[], now, cap int, floor timestamptz, horizon_ms int)
+--   -> jsonb: the answer of log_timers_due_v1, and
+--      "floor", "floorMs": the floor the next probe and claim start from (only with every
+--                          shard; with a subset, the floor given back unchanged);
+--      "beyond": true when horizon_ms bounded the search for the next row and none was
+--                found within now + horizon_ms (nextInMs is then null, and the table may
+--                still hold rows further out: not the same as empty);
+--      "tenants": when more are due than cap, the distinct tenants (at most 64) of the cap
+--                 most recently due rows: whose due rows are not at the (visible_at)
+--                 index's head, for the claim to take its share of them (log_timers_claim_v3).
+-- The walks start at the floor. The search for the next row stops at now + horizon_ms
+-- (null: no bound): past now lie the entries of fired claims (a claim moves its rows to
+-- now + lease), and a walk through a whole lease of them costs what the floor saves.
+-- Read-only. Locks: none. Refused with 22023: null now.
+CREATE OR REPLACE FUNCTION queen.log_timers_due_v2(p_shards int2[], p_now timestamptz, p_cap int,
+                                                   p_floor timestamptz, p_horizon_ms int)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    -- now is the caller's now() (its transaction's start): every transaction committed
+    -- before it is in the snapshot this STABLE function reads with.
+    v_t0      timestamptz := p_now;
+    v_from    timestamptz := coalesce(p_floor, '-infinity');
+    v_shards  int2[];
+    v_all     boolean;
+    v_cap     int := greatest(coalesce(p_cap, 2000), 0);
+    v_until   timestamptz;
+    v_head    timestamptz;
+    v_due     bigint := 0;
+    v_floor   timestamptz;
+    v_tenants uuid[];
+    v_fire    boolean;
+    v_maint   boolean;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_due_v2: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(DISTINCT s) INTO v_shards
+      FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s
+     WHERE s BETWEEN 0 AND 63;
+    v_all := coalesce(cardinality(v_shards), 0) = 64;
+    v_until := CASE WHEN p_horizon_ms IS NULL THEN 'infinity'::timestamptz
+                    ELSE p_now + greatest(p_horizon_ms, 0) * interval '1 millisecond' END;
+
+    IF v_all OR v_shards IS NOT NULL THEN
+        SELECT t.visible_at INTO v_head
+          FROM queen.log_timers t
+         WHERE t.visible_at >= v_from AND t.visible_at <= v_until
+           AND (v_all OR t.shard = ANY (v_shards))
+         ORDER BY t.visible_at
+         LIMIT 1;
+    END IF;
+
+    IF v_head IS NOT NULL AND v_head <= p_now THEN
+        SELECT count(*) INTO v_due
+          FROM (SELECT 1
+                  FROM queen.log_timers t
+                 WHERE t.visible_at >= v_from AND t.visible_at <= p_now
+                   AND (v_all OR t.shard = ANY (v_shards))
+                 LIMIT v_cap::bigint + 1) d;
+        IF v_due > v_cap THEN
+            SELECT array_agg(x.tenant_id) INTO v_tenants
+              FROM (SELECT DISTINCT r.tenant_id
+                      FROM (SELECT t.tenant_id
+                              FROM queen.log_timers t
+                             WHERE t.visible_at >= v_from AND t.visible_at <= p_now
+                               AND (v_all OR t.shard = ANY (v_shards))
+                             ORDER BY t.visible_at DESC
+                             LIMIT v_cap) r
+                     LIMIT 64) x;
+        END IF;
+    END IF;
+
+    v_floor := CASE WHEN v_all
+                    THEN least(coalesce(v_head, 'infinity'::timestamptz),
+                               v_t0 - queen.log_timers_floor_slack_v1(),
+                               -- with a bounded search, nothing is known past its end
+                               v_until)
+                    ELSE p_floor END;
+    IF p_floor IS NOT NULL AND v_floor < p_floor THEN
+        v_floor := p_floor;  -- a clock stepped back: the floor never moves back by itself
+    END IF;
+
+    v_fire := queen.switch_enabled_v1('timers_fire_enabled', true);
+    v_maint := queen.switch_enabled_v1('maintenance_mode', false);
+
+    RETURN jsonb_build_object(
+        'now', p_now,
+        'nowMs', queen.epoch_ms_v1(p_now),
+        'nextInMs', CASE WHEN v_head IS NULL THEN NULL
+                         ELSE greatest(0, ceil(extract(epoch FROM (v_head - p_now)) * 1000))::bigint END,
+        'beyond', v_head IS NULL AND p_horizon_ms IS NOT NULL,
+        'due', least(v_due, v_cap),
+        'dueCapped', v_due > v_cap,
+        'lateMs', CASE WHEN v_due > 0
+                       THEN floor(extract(epoch FROM (p_now - v_head)) * 1000)::bigint
+                       ELSE 0 END,
+        'floor', v_floor,
+        'floorMs', CASE WHEN v_floor IS NULL OR NOT isfinite(v_floor) THEN NULL ELSE queen.epoch_ms_v1(v_floor) END,
+        'tenants', coalesce(to_jsonb(v_tenants), '[]'::jsonb),
+        'fireEnabled', v_fire AND NOT v_maint,
+        'maintenance', v_maint,
+        'scheduleEnabled', queen.switch_enabled_v1('timers_schedule_enabled', true));
+END
+$fn$;
+
+-- queen.log_timers_below_floor_v1(floor timestamptz) -> bigint or null
+-- The visible_at (Unix ms, rounded down) of the earliest row behind the given floor, or
+-- null when there is none: the walk from the index's head that finds a slow transaction's
+-- row (see 3a). It passes every dead entry behind the floor, so the sweeper runs it on a
+-- clock of its own, never on the drain's path, and lowers its floor to what it finds.
+-- Read-only. Locks: none. Null floor: null.
+CREATE OR REPLACE FUNCTION queen.log_timers_below_floor_v1(p_floor timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
+AS $fn$
+    SELECT queen.epoch_ms_v1(t.visible_at)
+      FROM queen.log_timers t
+     WHERE t.visible_at < p_floor
+     ORDER BY t.visible_at
+     LIMIT 1
+$fn$;
+
+-- queen.log_timers_claim_v3(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
+--                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
+--                           skip_queues text[], skip_partitions text[], floor timestamptz,
+--                           tenants uuid[])
+--   -> the table of log_timers_claim_v2, and floor_ms bigint (the same on every row): the
+--      floor the next call starts from (see 3a; the floor given when shards is a subset).
+-- log_timers_claim_v2 from a floor, with a share per tenant that does not depend on where
+-- a tenant's rows sit in the (visible_at) index:
+-- * the floor: a plain read finds the earliest live row at or after the given floor (h),
+--   and the walks start at least(h, clock - slack), past the dead entries behind it;
+-- * the pool: the oldest due rows, as log_timers_claim_v2 takes them (2 * max_rows,
+--   FOR UPDATE SKIP LOCKED), and, for each tenant named in tenants (at most 64; the
+--   probe's "tenants"), its own oldest due rows in nobody's hands, up to per_tenant, by the
+--   (tenant_id, visible_at) index (log_timers_tenant_due_idx), FOR UPDATE SKIP LOCKED;
+-- * the choice over the pool as in log_timers_claim_v2: per_tenant rows per tenant, round
+--   by round, oldest first within each round; within a tenant always oldest first (by
+--   visible_at, then deliver_at: timers written at once with a deliverAt in the past share
+--   the visible_at of their write, and go by their deliverAt). So a
+--   tenant with a handful of due rows behind another tenant's backlog gets its share in
+--   the first claim that names it, whatever that backlog's size.
+-- Everything else (the byte budget, the skip list, the claim id, the lease, the refusals,
+-- the switches) is log_timers_claim_v2's.
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as
+-- log_timers_claim_v2; the floor's read takes none.
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v3(
+    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
+    p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
+    p_skip_partitions text[], p_floor timestamptz, p_tenants uuid[])
+RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
+               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
+               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
+               attempts int, floor_ms bigint)
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET enable_seqscan = off
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_per      int;
+    v_pool_cap int;
+    v_all      boolean;
+    v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
+    v_skip     boolean := coalesce(cardinality(p_skip_partitions), 0) > 0;
+    v_tenants  uuid[];
+    v_t0       timestamptz;
+    v_head     timestamptz;
+    v_floor    timestamptz := p_floor;
+    v_floor_ms bigint;
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_claim_v3: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
+        RAISE EXCEPTION 'log_timers_claim_v3: lease_ms must be at least 1 (got %)', p_lease_ms
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_skip AND (coalesce(cardinality(p_skip_tenants), 0) <> cardinality(p_skip_partitions)
+                   OR coalesce(cardinality(p_skip_queues), 0) <> cardinality(p_skip_partitions)) THEN
+        RAISE EXCEPTION 'log_timers_claim_v3: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
+            coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
+            cardinality(p_skip_partitions) USING ERRCODE = '22023';
+    END IF;
+    IF p_max_rows IS NULL OR p_max_rows < 1 THEN
+        RETURN;
+    END IF;
+    IF NOT queen.switch_enabled_v1('timers_fire_enabled', true)
+       OR queen.switch_enabled_v1('maintenance_mode', false) THEN
+        RETURN;
+    END IF;
+
+    v_per := CASE WHEN p_per_tenant IS NULL OR p_per_tenant < 1 OR p_per_tenant >= p_max_rows
+                  THEN p_max_rows ELSE p_per_tenant END;
+    v_all := p_shards IS NULL
+             OR (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s WHERE s BETWEEN 0 AND 63) = 64;
+    SELECT array_agg(DISTINCT u) INTO v_tenants
+      FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
+    -- In bigint: 2 * max_rows overflows int past 2^30.
+    v_pool_cap := least(CASE WHEN v_per >= p_max_rows AND v_tenants IS NULL THEN p_max_rows::bigint
+                             ELSE 2::bigint * p_max_rows END, 2147483647)::int;
+
+    IF v_all THEN
+        -- The read below takes a snapshot of its own (a VOLATILE function), after now (the
+        -- caller's now(), its transaction's start).
+        v_t0 := p_now;
+        SELECT t.visible_at INTO v_head
+          FROM queen.log_timers t
+         WHERE t.visible_at >= coalesce(p_floor, '-infinity')
+         ORDER BY t.visible_at
+         LIMIT 1;
+        v_floor := least(coalesce(v_head, 'infinity'::timestamptz), v_t0 - queen.log_timers_floor_slack_v1());
+        IF p_floor IS NOT NULL AND v_floor < p_floor THEN
+            v_floor := p_floor;
+        END IF;
+    END IF;
+    v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
+
+    RETURN QUERY
+    WITH oldest AS MATERIALIZED (
+        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv,
+               t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
+          FROM queen.log_timers t
+         WHERE t.visible_at <= p_now
+           AND t.visible_at >= coalesce(v_floor, '-infinity')
+           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+           AND (v_all OR t.shard = ANY (p_shards))
+           AND (NOT v_skip OR NOT EXISTS (
+                   SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
+                    WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
+         ORDER BY t.visible_at
+         LIMIT v_pool_cap
+           FOR UPDATE SKIP LOCKED
+    ), shares AS MATERIALIZED (
+        SELECT s.*
+          FROM unnest(coalesce(v_tenants, '{}'::uuid[])) AS u(tn)
+          CROSS JOIN LATERAL (
+                SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck,
+                       t.visible_at AS cv, t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
+                  FROM queen.log_timers t
+                 WHERE t.tenant_id = u.tn AND t.claim_token IS NULL
+                   AND t.visible_at <= p_now
+                   AND t.visible_at >= coalesce(v_floor, '-infinity')
+                   AND (v_all OR t.shard = ANY (p_shards))
+                   AND (NOT v_skip OR NOT EXISTS (
+                           SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
+                            WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
+                 ORDER BY t.visible_at
+                 LIMIT v_per
+                   FOR UPDATE SKIP LOCKED) s
+    ), pool AS (
+        SELECT DISTINCT ON (a.tid) a.tid, a.ct, a.cq, a.ck, a.cv, a.cd, a.cb
+          FROM (SELECT * FROM oldest UNION ALL SELECT * FROM shares) a
+         ORDER BY a.tid
+    ), ranked AS (
+        SELECT p.tid, p.ct, p.cq, p.ck, p.cv, p.cd, p.cb,
+               row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cd, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
+          FROM pool p
+    ), ordered AS (
+        SELECT r.tid, r.ct, r.cq, r.ck, r.cv, r.cd,
+               row_number() OVER w AS pos,
+               sum(r.cb) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
+          FROM ranked r
+        WINDOW w AS (ORDER BY (r.rn - 1) / v_per, r.cv, r.cd, r.ct, r.cq COLLATE "C", r.ck COLLATE "C")
+    ), chosen AS (
+        SELECT o.tid, o.ct, o.cq, o.ck, o.cv, o.cd
+          FROM ordered o
+         WHERE o.pos <= p_max_rows AND (o.pos = 1 OR v_bytes IS NULL OR o.cum <= v_bytes)
+    ), claimed AS (
+        UPDATE queen.log_timers AS t
+           SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
+               claimed_until = p_now + p_lease_ms * interval '1 millisecond',
+               updated_at = p_now
+         -- By the row's address, as in log_timers_claim_v2.
+         WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
+        RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
+                  t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
+                  t.attempts
+    )
+    SELECT x.tenant_id, x.queue::text, x.timer_key::text, x.partition::text, x.txn, x.message_id,
+           x.payload, x.payload_zstd, x.encrypted, x.producer_sub, x.claim_token,
+           queen.epoch_ms_v1(x.deliver_at),
+           floor(extract(epoch FROM (p_now - x.deliver_at)) * 1000)::bigint,
+           x.attempts, v_floor_ms
+      FROM claimed x
+      JOIN chosen c ON c.ct = x.tenant_id AND c.cq = x.queue AND c.ck = x.timer_key
+     ORDER BY c.cv, c.cd, x.tenant_id, x.queue, x.timer_key;
+END
+$fn$;
+
 
 -- ---------------------------------------------------------------------------------------
 -- 4. fire
@@ -1212,14 +1623,17 @@ $fn$;
 -- 7. release
 -- ---------------------------------------------------------------------------------------
 
--- queen.log_timers_release_v1(tenants uuid[], queues text[], keys text[], tokens uuid[]) -> int
--- Graceful stop: every named row whose claim_token matches gets claim_token and
--- claimed_until nulled, so another broker can claim it at once. No attempt is spent and
--- updated_at is left alone (there is no `now` here). Returns the number released.
+-- queen.log_timers_release_v2(tenants uuid[], queues text[], keys text[], tokens uuid[],
+--                              now timestamptz) -> int
+-- A hand-back (a graceful stop, a claim that cannot be fired): every named row whose
+-- claim_token matches gets claim_token nulled and claimed_until set by
+-- log_timers_not_before_v1(deliver_at, now) (so a due row is at visible_at = now, in front
+-- of every sweeper's floor), and another broker can claim it at once. No attempt is spent
+-- and updated_at is left alone. Returns the number released.
 -- Refused with 22023: arrays of different lengths.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
-CREATE OR REPLACE FUNCTION queen.log_timers_release_v1(
-    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[])
+CREATE OR REPLACE FUNCTION queen.log_timers_release_v2(
+    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[], p_now timestamptz)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -1230,7 +1644,7 @@ DECLARE
 BEGIN
     IF coalesce(cardinality(p_queues), 0) <> v_n OR coalesce(cardinality(p_keys), 0) <> v_n
        OR coalesce(cardinality(p_tokens), 0) <> v_n THEN
-        RAISE EXCEPTION 'log_timers_release_v1: tenants, queues, keys and tokens must line up (% / % / % / % elements)',
+        RAISE EXCEPTION 'log_timers_release_v2: tenants, queues, keys and tokens must line up (% / % / % / % elements)',
             v_n, coalesce(cardinality(p_queues), 0), coalesce(cardinality(p_keys), 0),
             coalesce(cardinality(p_tokens), 0) USING ERRCODE = '22023';
     END IF;
@@ -1249,7 +1663,7 @@ BEGIN
                    FOR UPDATE SKIP LOCKED) h
     ), upd AS (
         UPDATE queen.log_timers AS t
-           SET claim_token = NULL, claimed_until = NULL
+           SET claim_token = NULL, claimed_until = queen.log_timers_not_before_v1(t.deliver_at, p_now)
           FROM held x
          WHERE t.tenant_id = x.tenant_id AND t.queue = x.queue AND t.timer_key = x.timer_key
         RETURNING 1
@@ -1259,11 +1673,25 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_release_claims_v1(claims uuid[], lease_from timestamptz,
---                                     lease_to timestamptz) -> int
+-- queen.log_timers_release_v1(tenants uuid[], queues text[], keys text[], tokens uuid[]) -> int
+-- The hand-back of schema versions 1-6, for their sweepers in a rolling upgrade:
+-- log_timers_release_v2 without a now, so claimed_until is nulled (a due row goes back to
+-- visible_at = deliver_at, which may be behind a newer sweeper's floor: its walk from the
+-- head finds it, log_timers_below_floor_v1). Locks: those of log_timers_release_v2.
+CREATE OR REPLACE FUNCTION queen.log_timers_release_v1(
+    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[])
+RETURNS int
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+    SELECT queen.log_timers_release_v2(p_tenants, p_queues, p_keys, p_tokens, NULL)
+$fn$;
+
+-- queen.log_timers_release_claims_v2(claims uuid[], lease_from timestamptz,
+--                                     lease_to timestamptz, now timestamptz) -> int
 -- Hands back every row still held under one of the given claim ids (claim_token = the
 -- claim_id given to log_timers_claim_v2) whose lease ends between lease_from and lease_to:
--- claim_token and claimed_until nulled, no attempt spent, as log_timers_release_v1. For a
+-- claim_token nulled and claimed_until set, no attempt spent, as log_timers_release_v2. For a
 -- caller whose claim's answer was lost (the connection died after the claim committed):
 -- it never saw the rows, but it knows the claim ids it sent and, within its clock's
 -- uncertainty, when their lease ends (a claim's rows all sit at visible_at = its now +
@@ -1271,8 +1699,8 @@ $fn$;
 -- never committed has no rows. Returns the number released.
 -- Refused with 22023: a null or inverted window, or one over 10 minutes (a bounded walk).
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
-CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v1(
-    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz)
+CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v2(
+    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz, p_now timestamptz)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -1283,7 +1711,7 @@ DECLARE
 BEGIN
     IF p_lease_from IS NULL OR p_lease_to IS NULL OR p_lease_to < p_lease_from
        OR p_lease_to - p_lease_from > interval '10 minutes' THEN
-        RAISE EXCEPTION 'log_timers_release_claims_v1: the lease window must run forward over at most 10 minutes (got % .. %)',
+        RAISE EXCEPTION 'log_timers_release_claims_v2: the lease window must run forward over at most 10 minutes (got % .. %)',
             p_lease_from, p_lease_to USING ERRCODE = '22023';
     END IF;
     IF coalesce(cardinality(p_claims), 0) = 0 THEN
@@ -1297,7 +1725,7 @@ BEGIN
            FOR UPDATE SKIP LOCKED
     ), upd AS (
         UPDATE queen.log_timers AS t
-           SET claim_token = NULL, claimed_until = NULL
+           SET claim_token = NULL, claimed_until = queen.log_timers_not_before_v1(t.deliver_at, p_now)
          WHERE t.ctid = ANY (ARRAY(SELECT h.tid FROM held h))
            AND t.claim_token = ANY (p_claims)
         RETURNING 1
@@ -1305,6 +1733,18 @@ BEGIN
     SELECT count(*) INTO v_released FROM upd;
     RETURN v_released;
 END
+$fn$;
+
+-- queen.log_timers_release_claims_v1(claims uuid[], lease_from, lease_to) -> int
+-- log_timers_release_claims_v2 without a now (schema version 6's sweepers): claimed_until
+-- nulled, as log_timers_release_v1. Locks: those of log_timers_release_claims_v2.
+CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v1(
+    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz)
+RETURNS int
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+    SELECT queen.log_timers_release_claims_v2(p_claims, p_lease_from, p_lease_to, NULL)
 $fn$;
 
 -- queen.log_timers_in_doubt_v1(seg int[], tenants uuid[], queues text[], hashes bytea[],

@@ -383,7 +383,8 @@ BEGIN
         END IF;
         IF v_tq.rk IS NOT NULL THEN
             UPDATE queen.log_timers AS t
-               SET claim_token = NULL, claimed_until = NULL, updated_at = p_now
+               SET claim_token = NULL, claimed_until = queen.log_timers_not_before_v1(t.deliver_at, p_now),
+                   updated_at = p_now
              WHERE t.tenant_id = v_tq.tn AND t.queue = v_tq.q AND t.timer_key = ANY (v_tq.rk);
         END IF;
     END LOOP;

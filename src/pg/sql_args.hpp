@@ -24,6 +24,7 @@ bool parse_i64(std::string_view text, int64_t &out);
 std::string shards_param(const std::vector<int16_t> &shards);
 
 inline QueryParam text_param(std::string v) { return QueryParam{std::move(v), false, false, 0}; }
+inline QueryParam null_param() { return QueryParam{std::string(), true, false, 0}; }
 inline QueryParam binary_param(std::string v, Oid type) { return QueryParam{std::move(v), false, true, type}; }
 
 }  // namespace qsw

@@ -9,23 +9,28 @@
 
 namespace qsw::sql {
 
-// The probe. $1 int2[] shards (null: all), $2 int due cap. One row, one column: the jsonb
-// answer of queen.log_timers_due_v1 as text.
-inline constexpr const char *kProbe = "SELECT queen.log_timers_due_v1($1::int2[], now(), $2::int)::text";
+// The probe. $1 int2[] shards (null: all), $2 int due cap, $3 double precision the floor,
+// Unix ms (null: the index head), $4 int the horizon of the search for the next row, ms
+// (null: none). One row, one column: the jsonb answer of queen.log_timers_due_v2 as text.
+inline constexpr const char *kProbe =
+    "SELECT queen.log_timers_due_v2($1::int2[], now(), $2::int, to_timestamp($3::double precision / 1000), "
+    "$4::int)::text";
 
 // The claim. $1 int2[] shards, $2 int lease_ms, $3 int max rows, $4 int rows per tenant,
 // $5 bigint payload byte budget, $6 uuid the claim id (every claimed row's token),
 // $7 uuid[] / $8 text[] / $9 text[] the (tenant, queue, partition) triples to leave alone
-// (partitions someone else holds). Binary result (the payload as it is, not in hex); the
-// uuids come as text so that every column but the integers reads as its bytes.
+// (partitions someone else holds), $10 double precision the floor, Unix ms (null: the
+// index head), $11 uuid[] the tenants to take a share of by their own index (the probe's
+// "tenants"). Binary result (the payload as it is, not in hex); the uuids come as text so
+// that every column but the integers reads as its bytes.
 inline constexpr const char *kClaim =
     "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, payload_zstd, "
-    "encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts "
-    "FROM queen.log_timers_claim_v2($1::int2[], now(), $2::int, $3::int, $4::int, $5::bigint, $6::uuid, "
-    "$7::uuid[], $8::text[], $9::text[])";
+    "encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts, floor_ms "
+    "FROM queen.log_timers_claim_v3($1::int2[], now(), $2::int, $3::int, $4::int, $5::bigint, $6::uuid, "
+    "$7::uuid[], $8::text[], $9::text[], to_timestamp($10::double precision / 1000), $11::uuid[])";
 enum class ClaimCol {
     tenant, queue, timer_key, partition, txn, message_id, payload, payload_zstd, encrypted, producer_sub,
-    claim_token, deliver_at_ms, late_ms, attempts,
+    claim_token, deliver_at_ms, late_ms, attempts, floor_ms,
 };
 
 // The fire. $1 uuid[] segment tenants, $2 text[] queues, $3 text[] partitions, $4 int[]
@@ -47,13 +52,13 @@ inline constexpr const char *kFail =
 // A hand-back, token-matched. $1 uuid[] tenants, $2 text[] queues, $3 text[] keys,
 // $4 uuid[] tokens. One row: the number released.
 inline constexpr const char *kRelease =
-    "SELECT queen.log_timers_release_v1($1::uuid[], $2::text[], $3::text[], $4::uuid[])";
+    "SELECT queen.log_timers_release_v2($1::uuid[], $2::text[], $3::text[], $4::uuid[], now())";
 
 // The hand-back of claims whose answer was lost, by claim id. $1 uuid[] claim ids,
 // $2 / $3 double precision: the window their lease ends in, Unix ms. One row: released.
 inline constexpr const char *kReleaseClaims =
-    "SELECT queen.log_timers_release_claims_v1($1::uuid[], to_timestamp($2::double precision / 1000), "
-    "to_timestamp($3::double precision / 1000))";
+    "SELECT queen.log_timers_release_claims_v2($1::uuid[], to_timestamp($2::double precision / 1000), "
+    "to_timestamp($3::double precision / 1000), now())";
 
 // The check of fires whose answer was lost. $1 int[] segment numbers, $2 uuid[] tenants,
 // $3 text[] queues, $4 bytea[] (binary) hashes, $5 int[] each key's segment, $6 text[] keys.
@@ -61,6 +66,15 @@ inline constexpr const char *kInDoubt =
     "SELECT seg, present, unlocked, base_offset FROM queen.log_timers_in_doubt_v1("
     "$1::int[], $2::uuid[], $3::text[], $4::bytea[], $5::int[], $6::text[])";
 enum class InDoubtCol { seg, present, unlocked, base_offset };
+
+// The walk from the index head for rows behind the floor. $1 double precision the floor,
+// Unix ms. One row: the earliest visible_at behind it (Unix ms, or null), and n_dead_tup of
+// queen.log_timers (or null: statistics off).
+inline constexpr const char *kFloorHeadWalk =
+    "SELECT queen.log_timers_below_floor_v1(to_timestamp($1::double precision / 1000)), "
+    "(SELECT s.n_dead_tup FROM pg_catalog.pg_stat_user_tables s "
+    "WHERE s.schemaname = 'queen' AND s.relname = 'log_timers')";
+enum class FloorHeadWalkCol { behind_ms, dead_tuples };
 
 // Which server answers: host:port as the server reports it (also behind a bouncer), and
 // whether it is a standby.

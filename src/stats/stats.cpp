@@ -160,6 +160,7 @@ nlohmann::json Stats::to_json() {
     }
     j["db_state"] = p.db_state.empty() ? "connecting" : p.db_state;
     j["failover"] = x.failover.to_json();
+    j["floor"] = x.floor.to_json();
     j["db_last_error"] = p.last_error;
     j["pool"] = {{"connections", p.connections},
                  {"idle", p.idle},
@@ -461,6 +462,34 @@ std::string Stats::to_prometheus() {
         auto calls = m.family("pool_lane_calls_total", "counter", "Calls admitted per lane.");
         for (int l = 0; l < kLaneCount; ++l)
             calls.sample(p.lane_calls_total[l], L{{"lane", lane_name(static_cast<Lane>(l))}});
+    }
+
+    // The floor, and what a long transaction elsewhere leaves behind it.
+    {
+        const FloorFigures &fl = x.floor;
+        m.family("floor_lag_seconds", "gauge",
+                 "Server now minus the floor the probe and the claim start from (-1: none yet). Near the floor "
+                 "slack (5 s) while due work keeps up; the age of the oldest due timer under a backlog.")
+            .sample(fl.lag_ms < 0 ? -1.0 : secs(fl.lag_ms));
+        m.family("floor_head_walks_total", "counter", "Walks from the index head for rows behind the floor.")
+            .sample(fl.head_walks_total);
+        m.family("floor_head_walk_seconds", "gauge",
+                 "How long the last walk from the index head took (-1: none yet): it grows with the dead "
+                 "entries a long transaction elsewhere keeps in the index.")
+            .sample(fl.head_walk_ms < 0 ? -1.0 : secs(fl.head_walk_ms));
+        m.family("floor_head_walk_failures_total", "counter", "Walks from the index head that failed.")
+            .sample(fl.head_walk_failures_total);
+        m.family("floor_behind_total", "counter",
+                 "Walks that found a row behind the floor (a transaction that committed long after it wrote).")
+            .sample(fl.behind_total);
+        m.family("timers_dead_tuples", "gauge",
+                 "n_dead_tup of queen.log_timers at the last walk from the head (-1: unknown): it grows while "
+                 "a snapshot elsewhere holds the horizon back.")
+            .sample(fl.dead_tuples);
+        m.family("floor_resets_total", "counter", "Floors dropped (a new server): the next probe walks from the head.")
+            .sample(fl.resets_total);
+        m.family("floor_tenants_named", "gauge", "Tenants the claims take a share of through their own index.")
+            .sample(fl.tenants_named);
     }
 
     // A lost connection and what followed it.

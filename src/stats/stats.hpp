@@ -70,6 +70,30 @@ ErrorPhase error_phase_of(const std::string &step);  // "claim" -> fire, "KV pru
 // A lost connection and what followed it (sweeper/drain.cpp): when and where it was lost, the
 // server found again, when firing resumed, the claims handed back, and the fires whose
 // outcome the lost connection took with it, resolved from the log after reconnecting.
+// The floor the probe and the claim start from, and what a long transaction elsewhere in
+// the database leaves behind it (sweeper/floor.hpp, docs/operations.md "Long transactions").
+struct FloorFigures {
+    int64_t lag_ms = -1;              // server now - the floor at the last probe (-1: no floor yet)
+    int64_t head_walks_total = 0;     // walks from the index head for rows behind the floor
+    int64_t head_walk_ms = -1;        // how long the last one took (-1: none yet)
+    int64_t head_walk_failures_total = 0;
+    int64_t behind_total = 0;         // walks that found a row behind the floor (a slow transaction's)
+    int64_t dead_tuples = -1;         // n_dead_tup of queen.log_timers at the last walk (-1: unknown)
+    int64_t resets_total = 0;         // floors dropped (a new server): the next probe walks from the head
+    int64_t tenants_named = 0;        // tenants the claims take a share of by their own index
+
+    nlohmann::json to_json() const {
+        return {{"lag_ms", lag_ms},
+                {"head_walks_total", head_walks_total},
+                {"head_walk_ms", head_walk_ms},
+                {"head_walk_failures_total", head_walk_failures_total},
+                {"behind_total", behind_total},
+                {"dead_tuples", dead_tuples},
+                {"resets_total", resets_total},
+                {"tenants_named", tenants_named}};
+    }
+};
+
 struct FailoverFigures {
     int64_t lost_total = 0;              // drain calls that got no answer (connection, deadline, read-only)
     int64_t last_lost_unix_ms = -1;
@@ -210,6 +234,7 @@ struct Figures {
     bool teardown_clean = false;
     PoolFigures pool;
     FailoverFigures failover;
+    FloorFigures floor;
     nlohmann::json config = nlohmann::json::object();
 };
 

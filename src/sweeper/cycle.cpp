@@ -35,6 +35,9 @@ Task<void> Sweeper::run() {
         co_await sleep_for(sleep_ms);
     }
     // Graceful: hand back every claim still held so no other broker waits out a lease.
+    // A walk from the head still running holds this loop's state: wait for it (a stop
+    // past its time cancels its call).
+    while (floor_ && floor_->head_walking()) co_await sleep_for(5);
     if (!hard_stop_.load()) co_await release_held();
 }
 
@@ -51,6 +54,10 @@ Task<int64_t> Sweeper::cycle() {
     // After a lost connection: resolve its unanswered fires and hand its claims back
     // (recovery.cpp) before anything else, so they do not wait out the lease.
     co_await recovery_->run();
+    if (recovery_->server_changes() != server_changes_seen_) {  // a new server: its own rows and clock
+        server_changes_seen_ = recovery_->server_changes();
+        floor_->reset();
+    }
 
     // A. PROBE
     const ProbeResult pr = co_await probe(shards);
@@ -65,6 +72,12 @@ Task<int64_t> Sweeper::cycle() {
 
     // B. DRAIN
     const DrainStep d = co_await drain_step(pr, shards, step);
+    // The walk from the index head for a slow transaction's rows behind the floor: beside
+    // the cycle, never on the drain's path (it passes every dead entry behind the floor).
+    if (!stopping_.load() && floor_->head_walk_due())
+        spawn(floor_->head_walk(), [this](std::exception_ptr e) {
+            if (e) log_.error("the walk from the index head ended by an internal error: " + describe(e));
+        });
     const int64_t prev_pressure = note_pressure(d);
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.

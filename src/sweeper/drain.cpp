@@ -1,6 +1,7 @@
 // B. DRAIN (see drain.hpp): claim, pack and fire, each claim's rows borne by it alone.
 #include "sweeper/drain.hpp"
 
+#include <set>
 #include <sys/random.h>
 
 #include <chrono>
@@ -266,13 +267,17 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
             skip_q.push_back(s.queue);
             skip_p.push_back(s.partition);
         }
+    out.floor = floor_.ticket();
+    out.tenants = floor_.tenants();
     Query q;
     q.sql = sql::kClaim;
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(ctx_.cfg.sweeper_lease_ms)),
                 text_param(std::to_string(want)), text_param(std::to_string(ctx_.cfg.sweeper_fire_rate_per_tenant)),
                 text_param(std::to_string(ctx_.cfg.sweeper_claim_max_bytes)), text_param(out.id),
                 text_param(pg_text_array(skip_t)), text_param(pg_text_array(skip_q)),
-                text_param(pg_text_array(skip_p))};
+                text_param(pg_text_array(skip_p)),
+                out.floor.floor_ms ? text_param(std::to_string(*out.floor.floor_ms)) : null_param(),
+                text_param(pg_text_array(out.tenants))};
     q.binary_result = true;  // the payload as it is: a hex answer would double it
     q.timeout_ms = std::min<int64_t>(ctx_.cfg.stmt_timeout_ms, ctx_.cfg.sweeper_lease_ms / 2);
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
@@ -336,6 +341,17 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
         // monotonic clock, so no two clocks are compared.
         t.late_ms = late - static_cast<int64_t>(claimed_at);
         t.attempts = attempts;
+    }
+    // The floor the next call starts from (the same on every row), and the tenants named
+    // that still had rows to give.
+    int64_t next_floor = 0;
+    const bool has_floor = got > 0 && !r.is_null(0, static_cast<int>(C::floor_ms)) &&
+                           read_be(r, 0, C::floor_ms, next_floor);
+    floor_.note_answer(out.floor, has_floor ? std::optional<int64_t>(next_floor) : std::nullopt, std::nullopt);
+    if (!out.tenants.empty()) {
+        std::set<std::string> from;
+        for (const ClaimedTimer &t : out.rows) from.insert(t.tenant);
+        floor_.note_claim_tenants(from);
     }
 }
 

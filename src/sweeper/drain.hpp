@@ -27,13 +27,15 @@
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain_policy.hpp"
+#include "sweeper/floor.hpp"
 #include "sweeper/recovery.hpp"
 
 namespace qsw {
 
 class Drain {
 public:
-    Drain(LoopContext &ctx, HeldClaims &held, Recovery &recovery) : ctx_(ctx), held_(held), recovery_(recovery) {}
+    Drain(LoopContext &ctx, HeldClaims &held, Recovery &recovery, DueFloor &floor)
+        : ctx_(ctx), held_(held), recovery_(recovery), floor_(floor) {}
 
     struct Result {
         int64_t moved = 0;     // rows that left the table (fired, duplicate) or failed over
@@ -63,6 +65,8 @@ private:
         PgResult error;                  // when !ok
         std::vector<ClaimedTimer> rows;  // decoded, each held in held_
         std::string undecodable;         // a column that did not decode (the claim goes back)
+        FloorTicket floor;               // the floor it was sent with
+        std::vector<std::string> tenants;  // the tenants it named for their share
         int64_t bytes = 0;               // payload bytes it carried
     };
     // One pass of the drain, shared by its workers.
@@ -117,6 +121,7 @@ private:
     LoopContext &ctx_;
     HeldClaims &held_;
     Recovery &recovery_;
+    DueFloor &floor_;
     int64_t batch_ = 0;  // 0 until the first drain: then sweeper_claim_batch
     // Loop clock until which claims are sent after their fires, not beside them.
     uint64_t contended_until_ = 0;

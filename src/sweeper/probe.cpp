@@ -1,5 +1,7 @@
-// A. PROBE: one read-only call and one server now(). The first entry of the
-// (visible_at) index gives the nearest visible_at; a capped count gives the due rows.
+// A. PROBE: one read-only call and one server now(). From the floor (sweeper/floor.hpp),
+// the first entry of the (visible_at) index gives the nearest visible_at within the
+// horizon; a capped count gives the due rows; under a backlog, the tenants of the most
+// recently due rows; and the floor the next probe and claim start from.
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
 #include "sweeper/sweeper.hpp"
@@ -7,9 +9,13 @@
 namespace qsw {
 
 Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
+    const FloorTicket floor = floor_->ticket();
+    const std::optional<int64_t> horizon = floor_->horizon_ms(idle_cycles_);
     Query q;
     q.sql = sql::kProbe;
-    q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_due_cap))};
+    q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_due_cap)),
+                floor.floor_ms ? text_param(std::to_string(*floor.floor_ms)) : null_param(),
+                horizon ? text_param(std::to_string(*horizon)) : null_param()};
     q.timeout_ms = cfg_.stmt_timeout_ms;
     const uint64_t sent = uv_now(&loop_);
     PgResult r = co_await pool_->query(Lane::maint, std::move(q));
@@ -27,11 +33,26 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     try {
         auto j = nlohmann::json::parse(r.get(0, 0));
         p.ok = true;
-        p.empty = !j.contains("nextInMs") || j["nextInMs"].is_null();
-        p.next_in_ms = p.empty ? 0 : j["nextInMs"].get<int64_t>();
+        const bool no_next = !j.contains("nextInMs") || j["nextInMs"].is_null();
+        // Nothing within the horizon is not an empty table: the next sleep is the ceiling.
+        const bool beyond = no_next && j.value("beyond", false);
+        floor_->note_beyond(beyond);
+        p.empty = no_next && !beyond;
+        p.next_in_ms = no_next ? (beyond ? horizon.value_or(cfg_.sweeper_max_sleep_ms) : 0) : j["nextInMs"].get<int64_t>();
         p.due = j.value("due", int64_t(0));
-        if (j.contains("nowMs") && j["nowMs"].is_number_integer())
-            recovery_->note_server_clock(j["nowMs"].get<int64_t>(), sent, got);
+        std::optional<int64_t> server_now;
+        if (j.contains("nowMs") && j["nowMs"].is_number_integer()) {
+            server_now = j["nowMs"].get<int64_t>();
+            recovery_->note_server_clock(*server_now, sent, got);
+        }
+        std::optional<int64_t> next_floor;
+        if (j.contains("floorMs") && j["floorMs"].is_number_integer()) next_floor = j["floorMs"].get<int64_t>();
+        floor_->note_answer(floor, next_floor, server_now);
+        std::vector<std::string> found;
+        if (j.contains("tenants") && j["tenants"].is_array())
+            for (const auto &t : j["tenants"])
+                if (t.is_string()) found.push_back(t.get<std::string>());
+        floor_->note_probe_tenants(j.value("dueCapped", false), found);
         const bool fire_enabled = j.value("fireEnabled", true);
         const bool maintenance = j.value("maintenance", false);
         p.fire_enabled = fire_enabled;

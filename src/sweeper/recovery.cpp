@@ -261,7 +261,10 @@ Task<bool> Recovery::identify_server() {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         auto &fo = ctx_.stats.f.failover;
         before = fo.server;
-        if (!before.empty() && before != server) ++fo.server_changes_total;
+        if (!before.empty() && before != server) {
+            ++fo.server_changes_total;
+            ++server_changes_;
+        }
         fo.server = server;
         fo.server_in_recovery = in_recovery;
         // The first identification after the last recorded loss dates the reconnection.

@@ -53,8 +53,11 @@ public:
     // At a graceful stop: whatever is parked is released with every other held claim.
     void forget_parked() { parked_.clear(); }
     bool has_parked() const { return !parked_.empty(); }
+    // How many times a different server answered after a loss (a failover).
+    uint64_t server_changes() const { return server_changes_; }
 
 private:
+    uint64_t server_changes_ = 0;
     struct ParkedSegment {
         std::string tenant, queue, partition;
         int64_t count = 0;

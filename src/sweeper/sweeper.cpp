@@ -144,7 +144,8 @@ int Sweeper::start() {
                                                      [this](const std::string &ph, const PgResult &r) { cycle_failed(ph, r); },
                                                      [this] { publish_pool(); }});
     recovery_ = std::make_unique<Recovery>(*ctx_, held_);
-    drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_);
+    floor_ = std::make_unique<DueFloor>(*ctx_);
+    drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_, *floor_);
     sub_clocks_ = std::make_unique<SubClocks>(*ctx_);
     schema_ = std::make_unique<SchemaStep>(*ctx_, readiness_, [this](int64_t ms) { return sleep_for(ms); });
     {

@@ -28,6 +28,7 @@
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain.hpp"
+#include "sweeper/floor.hpp"
 #include "sweeper/ladder.hpp"
 #include "sweeper/readiness.hpp"
 #include "sweeper/recovery.hpp"
@@ -151,6 +152,8 @@ private:
     HeldClaims held_;
     std::unique_ptr<LoopContext> ctx_;
     std::unique_ptr<Recovery> recovery_;
+    std::unique_ptr<DueFloor> floor_;  // where the probe and the claim start (floor.hpp)
+    uint64_t server_changes_seen_ = 0;
     std::unique_ptr<Drain> drain_;
 };
 

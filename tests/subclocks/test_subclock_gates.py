@@ -11,7 +11,7 @@ import time
 
 from conftest import assert_clean_stop, op_schedule, wait_for
 
-DUE_FN = "queen.log_timers_due_v1(int2[], timestamptz, int)"
+DUE_FN = "queen.log_timers_due_v2(int2[], timestamptz, int, timestamptz, int)"
 
 
 def now_ms():
@@ -93,7 +93,7 @@ def test_a_failing_probe_does_not_stop_the_rollup_or_the_prune(q, sweepers):
     q.kv_insert("gates-probe", 500, expires_sql="now() - interval '1 minute'")
     # A broken timer schema: the probe's function is missing (42883), the fire fails on
     # every cycle with a doubling backoff.
-    q.q(f"ALTER FUNCTION {DUE_FN} RENAME TO log_timers_due_v1_hidden")
+    q.q(f"ALTER FUNCTION {DUE_FN} RENAME TO log_timers_due_v2_hidden")
     h = sweepers("gates-probe", kv_expire_batch=100, kv_expire_every_ms=100, kv_usage_every_ms=300,
                  sweeper_backoff_min_ms=200, sweeper_backoff_max_ms=5000)
     restored = False
@@ -118,15 +118,15 @@ def test_a_failing_probe_does_not_stop_the_rollup_or_the_prune(q, sweepers):
         assert st["fired_total"] == 0
 
         # The schema is repaired: the fire picks up again, nothing else changed.
-        q.q("ALTER FUNCTION queen.log_timers_due_v1_hidden(int2[], timestamptz, int) RENAME TO log_timers_due_v1")
+        q.q("ALTER FUNCTION queen.log_timers_due_v2_hidden(int2[], timestamptz, int, timestamptz, int) RENAME TO log_timers_due_v2")
         restored = True
         q.schedule([op_schedule("gates-probe-q", "k1", b"after the repair")])
         h.wake(now_ms())
         wait_for(lambda: h.stats()["fired_total"] == 1, 15, what="the fire after the repair")
     finally:
         if not restored:
-            q.q("ALTER FUNCTION queen.log_timers_due_v1_hidden(int2[], timestamptz, int) "
-                "RENAME TO log_timers_due_v1")
+            q.q("ALTER FUNCTION queen.log_timers_due_v2_hidden(int2[], timestamptz, int, timestamptz, int) "
+                "RENAME TO log_timers_due_v2")
         final = assert_clean_stop(h)
     assert final["kv_deleted_total"] == 550
     assert q.kv_count("gates-probe") == 0

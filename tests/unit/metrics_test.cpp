@@ -296,6 +296,14 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"failover.in_doubt.pending", "queen_sweeper_failover_in_doubt_pending"},
         {"failover.in_doubt.timers_announced_total", "queen_sweeper_failover_in_doubt_timers_announced_total"},
         {"failover.in_doubt.unknown_total", "queen_sweeper_failover_in_doubt_unknown_total"},
+        {"floor.lag_ms", "queen_sweeper_floor_lag_seconds"},
+        {"floor.head_walks_total", "queen_sweeper_floor_head_walks_total"},
+        {"floor.head_walk_ms", "queen_sweeper_floor_head_walk_seconds"},
+        {"floor.head_walk_failures_total", "queen_sweeper_floor_head_walk_failures_total"},
+        {"floor.behind_total", "queen_sweeper_floor_behind_total"},
+        {"floor.dead_tuples", "queen_sweeper_timers_dead_tuples"},
+        {"floor.resets_total", "queen_sweeper_floor_resets_total"},
+        {"floor.tenants_named", "queen_sweeper_floor_tenants_named"},
     };
     nlohmann::json j = s.to_json();
     std::set<std::string> leaves;

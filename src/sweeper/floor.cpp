@@ -1,0 +1,144 @@
+#include "sweeper/floor.hpp"
+
+#include <algorithm>
+
+#include "pg/sql_args.hpp"
+#include "pg/statements.hpp"
+
+namespace qsw {
+
+std::optional<int64_t> floor_after_answer(std::optional<int64_t> current, uint64_t current_epoch,
+                                          const FloorTicket &sent, std::optional<int64_t> answered) {
+    if (!answered || sent.epoch != current_epoch) return current;
+    if (current && *answered <= *current) return current;
+    return answered;
+}
+
+std::optional<int64_t> floor_after_walk(std::optional<int64_t> current, std::optional<int64_t> behind_ms) {
+    if (!behind_ms) return current;
+    if (!current) return current;  // no floor: the walks already start at the head
+    return std::min(*current, *behind_ms);
+}
+
+int64_t head_walk_every_ms(int64_t last_walk_ms) {
+    const int64_t w = std::max<int64_t>(last_walk_ms, 0);
+    const int64_t every = w > kHeadWalkMaxEveryMs / 20 ? kHeadWalkMaxEveryMs : w * 20;
+    return std::clamp(every, kHeadWalkMinEveryMs, kHeadWalkMaxEveryMs);
+}
+
+std::vector<std::string> tenants_after_probe(const std::vector<std::string> &named, bool due_capped,
+                                             const std::vector<std::string> &found, size_t cap) {
+    if (!due_capped) return {};
+    std::vector<std::string> out;
+    std::set<std::string> seen;
+    auto add = [&](const std::string &t) {
+        if (out.size() < cap && !t.empty() && seen.insert(t).second) out.push_back(t);
+    };
+    for (const auto &t : named) add(t);
+    for (const auto &t : found) add(t);
+    return out;
+}
+
+std::vector<std::string> tenants_after_claim(const std::vector<std::string> &named, const std::set<std::string> &got) {
+    std::vector<std::string> out;
+    for (const auto &t : named)
+        if (got.count(t)) out.push_back(t);
+    return out;
+}
+
+std::optional<int64_t> probe_horizon_ms(int64_t beyond_streak, int64_t idle_cycles, int64_t max_sleep_ms,
+                                        int64_t idle_after_cycles) {
+    if (idle_cycles > 0 || beyond_streak >= std::max<int64_t>(idle_after_cycles, 1)) return std::nullopt;
+    return std::max<int64_t>(max_sleep_ms, 1);
+}
+
+std::optional<int64_t> DueFloor::horizon_ms(int64_t idle_cycles) const {
+    return probe_horizon_ms(beyond_streak_, idle_cycles, ctx_.cfg.sweeper_max_sleep_ms,
+                            ctx_.cfg.sweeper_idle_after_cycles);
+}
+
+void DueFloor::note_answer(const FloorTicket &sent, std::optional<int64_t> answered,
+                           std::optional<int64_t> server_now_ms) {
+    floor_ms_ = floor_after_answer(floor_ms_, epoch_, sent, answered);
+    std::lock_guard<std::mutex> g(ctx_.stats.mu);
+    if (server_now_ms) ctx_.stats.f.floor.lag_ms = floor_ms_ ? std::max<int64_t>(*server_now_ms - *floor_ms_, 0) : -1;
+}
+
+void DueFloor::reset() {
+    if (!floor_ms_) return;
+    floor_ms_.reset();
+    ++epoch_;
+    std::lock_guard<std::mutex> g(ctx_.stats.mu);
+    ++ctx_.stats.f.floor.resets_total;
+    ctx_.stats.f.floor.lag_ms = -1;
+}
+
+void DueFloor::note_probe_tenants(bool due_capped, const std::vector<std::string> &found) {
+    tenants_ = tenants_after_probe(tenants_, due_capped, found);
+    publish();
+}
+
+void DueFloor::note_claim_tenants(const std::set<std::string> &got) {
+    if (tenants_.empty()) return;
+    tenants_ = tenants_after_claim(tenants_, got);
+    publish();
+}
+
+void DueFloor::publish() {
+    std::lock_guard<std::mutex> g(ctx_.stats.mu);
+    ctx_.stats.f.floor.tenants_named = static_cast<int64_t>(tenants_.size());
+}
+
+bool DueFloor::head_walk_due() const { return !walking_ && floor_ms_ && ctx_.now() >= next_walk_; }
+
+Task<void> DueFloor::head_walk() {
+    walking_ = true;
+    const FloorTicket sent = ticket();
+    Query q;
+    q.sql = sql::kFloorHeadWalk;
+    q.params = {text_param(std::to_string(sent.floor_ms.value_or(0)))};
+    q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
+    const uint64_t t0 = ctx_.now();
+    PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
+    const int64_t took = static_cast<int64_t>(ctx_.now() - t0);
+    walking_ = false;
+    next_walk_ = ctx_.now() + static_cast<uint64_t>(head_walk_every_ms(took));
+    using C = sql::FloorHeadWalkCol;
+    std::optional<int64_t> behind;
+    int64_t dead = -1;
+    bool ok = r.ok && r.rows() == 1;
+    if (ok) {
+        try {
+            if (!r.is_null(0, static_cast<int>(C::behind_ms))) behind = std::stoll(r.get(0, static_cast<int>(C::behind_ms)));
+            if (!r.is_null(0, static_cast<int>(C::dead_tuples))) dead = std::stoll(r.get(0, static_cast<int>(C::dead_tuples)));
+        } catch (const std::exception &e) {
+            ok = false;
+            r.ok = false;
+            r.origin = Origin::internal;
+            r.message = std::string("the walk from the head answered unreadably: ") + e.what();
+        }
+    }
+    if (!ok) {
+        if (r.ok) r.message = "the walk from the head returned no row";
+        ctx_.note_error("floor", r);
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        ++ctx_.stats.f.floor.head_walk_failures_total;
+        co_return;
+    }
+    // Only the floor the walk was sent with is lowered: a reset meanwhile (another
+    // server) already starts from the head.
+    if (behind && sent.epoch == epoch_) {
+        floor_ms_ = floor_after_walk(floor_ms_, behind);
+        ++epoch_;
+        ctx_.log.info("a timer was found behind the floor (a transaction committed long after it wrote it): "
+                      "the floor goes back to it");
+    }
+    std::lock_guard<std::mutex> g(ctx_.stats.mu);
+    auto &fl = ctx_.stats.f.floor;
+    ++fl.head_walks_total;
+    fl.head_walk_ms = took;
+    fl.dead_tuples = dead;
+    if (behind) ++fl.behind_total;
+}
+
+}  // namespace qsw

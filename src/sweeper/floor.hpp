@@ -1,0 +1,114 @@
+// The due index's floor and the tenants the claims take a share of: how due rows are found
+// when the index is full of what a long transaction elsewhere keeps alive, and when one
+// tenant's backlog sits in front of everyone else's rows (sql/002_timers.sql, 3a;
+// docs/design.md, "Finding due rows").
+//
+// The floor is an instant (server clock, Unix ms) no live row of queen.log_timers is
+// behind, but a slow transaction's. Each probe and claim starts its walk of the
+// (visible_at) index there, past the dead entries behind it, and answers the floor the
+// next one starts from. A walk from the index head, on a clock of its own and never on the
+// drain's path, finds a slow transaction's row behind the floor and lowers the floor to it.
+// One floor per sweeper, in memory: nothing shared, no leader, every broker scans
+// everything; a sweeper that starts (or meets a new server) walks from the head once.
+//
+// The tenants: when more rows are due than the probe counts, it names the tenants of the
+// most recently due rows; the claims take a share of each through the (tenant_id,
+// visible_at) index, so a small tenant behind another tenant's backlog is served in the
+// next claim, and keep naming a tenant while its rows keep coming.
+//
+// The decisions are pure functions (below the class), tested at both ends
+// (tests/unit/floor_test.cpp). Loop thread only.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/task.hpp"
+#include "sweeper/context.hpp"
+
+namespace qsw {
+
+// ---- Pure decisions ----------------------------------------------------------------------
+
+// What a probe or a claim was sent with: the floor, and the epoch it belongs to. A walk
+// from the head that lowers the floor starts a new epoch, and an answer to a call sent in
+// an older one is dropped: it was computed from a floor past the row just found.
+struct FloorTicket {
+    std::optional<int64_t> floor_ms;
+    uint64_t epoch = 0;
+};
+
+// The floor after an answer: the answer when it belongs to the current epoch and is later
+// (the floor moves forward only by answers, and never back by one), else unchanged.
+std::optional<int64_t> floor_after_answer(std::optional<int64_t> current, uint64_t current_epoch,
+                                          const FloorTicket &sent, std::optional<int64_t> answered);
+
+// The floor after a walk from the head found a row at behind_ms: lowered to it.
+std::optional<int64_t> floor_after_walk(std::optional<int64_t> current, std::optional<int64_t> behind_ms);
+
+// How long after a walk from the head the next one is due: 20 times what the last one took
+// (a walk through a long transaction's dead entries is paid for at most 1/20 of the time),
+// between 10 s and 5 minutes. A slow transaction's row waits at most this long.
+int64_t head_walk_every_ms(int64_t last_walk_ms);
+inline constexpr int64_t kHeadWalkMinEveryMs = 10000;
+inline constexpr int64_t kHeadWalkMaxEveryMs = 300000;
+
+// The tenants the next claims name: those the last claim named and got rows of, then
+// those the probe just found, first seen first, at most cap. With no backlog (the probe's
+// due count not capped) none: the oldest-first pool takes everything due.
+inline constexpr size_t kMaxTenantsNamed = 64;
+std::vector<std::string> tenants_after_probe(const std::vector<std::string> &named, bool due_capped,
+                                             const std::vector<std::string> &found, size_t cap = kMaxTenantsNamed);
+std::vector<std::string> tenants_after_claim(const std::vector<std::string> &named, const std::set<std::string> &got);
+
+// The probe's horizon: how far past now it looks for the next row (ms), or none. Past now
+// lie the entries of fired claims (a claim moves its rows to now + lease), which a long
+// transaction elsewhere keeps: a search through a whole lease of them costs what the floor
+// saves. So the search stops at the sleep ceiling (nothing further changes the next sleep)
+// until the probe has found nothing within it idle_after_cycles times in a row, or the
+// cycle is idle: then it looks as far as it must (to tell an empty table for the idle
+// band). Nothing found within the horizon is never "empty".
+std::optional<int64_t> probe_horizon_ms(int64_t beyond_streak, int64_t idle_cycles, int64_t max_sleep_ms,
+                                        int64_t idle_after_cycles);
+
+// ---- The floor's keeper --------------------------------------------------------------------
+
+class DueFloor {
+public:
+    explicit DueFloor(LoopContext &ctx) : ctx_(ctx) {}
+
+    FloorTicket ticket() const { return {floor_ms_, epoch_}; }
+    // A probe's or a claim's answer (server now, when the probe read it, for the lag).
+    void note_answer(const FloorTicket &sent, std::optional<int64_t> answered, std::optional<int64_t> server_now_ms);
+    // A new server (a failover): its rows and clock are another's; walk from the head.
+    void reset();
+
+    // The probe's horizon (probe_horizon_ms), and whether it found nothing within it.
+    std::optional<int64_t> horizon_ms(int64_t idle_cycles) const;
+    void note_beyond(bool beyond) { beyond_streak_ = beyond ? beyond_streak_ + 1 : 0; }
+
+    const std::vector<std::string> &tenants() const { return tenants_; }
+    void note_probe_tenants(bool due_capped, const std::vector<std::string> &found);
+    void note_claim_tenants(const std::set<std::string> &got);
+
+    // The walk from the head: due (and not running), started beside the cycle by the
+    // Sweeper, awaited at the loop's end.
+    bool head_walk_due() const;
+    bool head_walking() const { return walking_; }
+    Task<void> head_walk();
+
+private:
+    void publish();
+
+    LoopContext &ctx_;
+    std::optional<int64_t> floor_ms_;
+    uint64_t epoch_ = 0;
+    std::vector<std::string> tenants_;
+    int64_t beyond_streak_ = 0;
+    bool walking_ = false;
+    uint64_t next_walk_ = 0;  // loop clock; 0: at the first chance
+};
+
+}  // namespace qsw
