@@ -1,0 +1,243 @@
+"""The floor and the tenants' shares (issue 20, schema version 7: sql/002_timers.sql, 3a).
+
+The probe (log_timers_due_v2) and the claim (log_timers_claim_v3) start from a floor the
+caller keeps and answer the next one: least(earliest live row at or after the floor,
+now - slack). Every write puts its row at or after the now it writes with, so no row lands
+behind a floor but a slow transaction's, which the walk from the head finds
+(log_timers_below_floor_v1). These tests hold the promises: no timer is skipped (a
+deliverAt in the past, a hand-back, a write by hand, a claim that rolls back, a slow
+transaction), oldest first within a tenant, and a tenant behind another's backlog gets
+its share in the first claim that names it.
+"""
+import base64
+import datetime as dt
+import json
+import uuid
+
+import psycopg2
+
+from sqlkit import NOW, T1, T2, ms
+
+SLACK = ms(5000)
+
+
+def sched_many(q, n, tenant=T1, delay_ms=0, now=NOW, prefix="k", queue="q"):
+    ops = [{"op": "schedule", "queue": queue, "timerKey": f"{prefix}{i:06d}", "delayMs": delay_ms,
+            "txn": f"txn-{prefix}{i}", "payload": base64.b64encode(b"{}").decode()} for i in range(n)]
+    for i in range(0, n, 256):
+        res = q.apply(ops[i:i + 256], tenant=tenant, now=now)
+        assert all(r["ok"] for r in res), res[:3]
+
+
+def due2(q, now=NOW, cap=2000, floor=None, horizon_ms=None, shards=None):
+    return q.one("SELECT queen.log_timers_due_v2(%s::int2[], %s, %s, %s, %s)", (shards, now, cap, floor, horizon_ms))
+
+
+def claim3(q, now=NOW, max_rows=200, per_tenant=50, floor=None, tenants=None, lease_ms=30000, shards=None):
+    return q.all("SELECT * FROM queen.log_timers_claim_v3(%s::int2[], %s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL,"
+                 " %s, %s::uuid[])",
+                 (shards, now, lease_ms, max_rows, per_tenant, floor,
+                  None if tenants is None else [None if t is None else str(t) for t in tenants]))
+
+
+def floor_of(answer):
+    return dt.datetime.fromtimestamp(answer["floorMs"] / 1000, tz=dt.timezone.utc)
+
+
+def test_the_floor_is_the_earliest_live_row_or_now_minus_the_slack(q):
+    # an empty table: now - slack
+    d = due2(q)
+    assert floor_of(d) == NOW - SLACK and d["nextInMs"] is None and d["beyond"] is False
+    # a backlog older than the slack: its head
+    sched_many(q, 3, now=NOW - ms(60000))
+    d = due2(q)
+    assert floor_of(d) == NOW - ms(60000) and d["due"] == 3
+    # a claim answers the same floor, and starts its walk there
+    rows = claim3(q, floor=NOW - ms(3600_000))
+    assert len(rows) == 3 and {r["floor_ms"] for r in rows} == {d["floorMs"]}
+    # the rows moved to their lease end: the floor is now - slack again
+    assert floor_of(due2(q)) == NOW - SLACK
+
+
+def test_a_probe_with_a_horizon_stops_there_and_says_so(q):
+    sched_many(q, 1, delay_ms=10_000)
+    d = due2(q, horizon_ms=1000)
+    assert d["nextInMs"] is None and d["beyond"] is True and d["due"] == 0
+    d = due2(q, horizon_ms=None)
+    assert d["nextInMs"] == 10_000 and d["beyond"] is False
+    d = due2(q, horizon_ms=20_000)
+    assert d["nextInMs"] == 10_000 and d["beyond"] is False
+
+
+def test_a_deliver_at_in_the_past_is_written_at_the_writers_now(q):
+    """A timer whose deliverAt is before the now it is written with lands at visible_at =
+    that now, in front of any floor that has passed its deliverAt: it fires, and timers
+    written at one now go oldest first by deliverAt. (With the real clock: the trigger puts a
+    write by hand there too; the functions do it with their caller's now.)"""
+    q.exec("INSERT INTO queen.log_timers (queue, timer_key, deliver_at, txn, message_id, payload)"
+           " SELECT 'q', k, now() - d, 'x', gen_random_uuid(), '\\x00'"
+           "   FROM (VALUES ('b-later', interval '1 minute'), ('a-late', interval '1 hour'), ('c-now', interval '0')) v(k, d)")
+    assert q.one("SELECT count(DISTINCT visible_at) FROM queen.log_timers") == 1
+    floor = q.one("SELECT now() - interval '1 second'")
+    rows = q.all("SELECT timer_key, late_ms FROM queen.log_timers_claim_v3(NULL, now(), 30000, 10, 10, NULL, NULL,"
+                 " NULL, NULL, NULL, %s, NULL)", (floor,))
+    assert [r["timer_key"] for r in rows] == ["a-late", "b-later", "c-now"]
+    assert rows[0]["late_ms"] >= 3_600_000
+    # through the function, with the caller's now: deliverAt = now - 0 is not behind it
+    assert q.schedule("fn", now=NOW)["ok"]
+    assert q.one("SELECT visible_at FROM queen.log_timers WHERE timer_key = 'fn'") == NOW
+    assert q.one("SELECT queen.log_timers_not_before_v1(%s, %s)", (NOW - ms(1), NOW)) == NOW
+    assert q.one("SELECT queen.log_timers_not_before_v1(%s, %s)", (NOW, NOW)) is None
+    assert q.one("SELECT queen.log_timers_not_before_v1(%s, NULL)", (NOW,)) is None
+
+
+def test_a_hand_back_puts_the_row_at_the_now_of_the_hand_back(q):
+    sched_many(q, 2, now=NOW - ms(60_000))
+    rows = claim3(q, now=NOW)
+    later = NOW + ms(20_000)
+    assert q.one("SELECT queen.log_timers_release_v2(%s::uuid[], %s::text[], %s::text[], %s::uuid[], %s)",
+                 ([r["tenant_id"] for r in rows[:1]], [r["queue"] for r in rows[:1]],
+                  [r["timer_key"] for r in rows[:1]], [r["claim_token"] for r in rows[:1]], later)) == 1
+    cid = uuid.uuid4()
+    q.exec("UPDATE queen.log_timers SET claim_token = %s WHERE timer_key = %s", (str(cid), rows[1]["timer_key"]))
+    lease_end = NOW + ms(30_000)
+    assert q.one("SELECT queen.log_timers_release_claims_v2(%s::uuid[], %s, %s, %s)",
+                 ([str(cid)], lease_end - ms(1), lease_end + ms(1), later)) == 1
+    got = q.all("SELECT timer_key, visible_at FROM queen.log_timers ORDER BY 1")
+    assert [r["visible_at"] for r in got] == [later, later], got
+    # a floor from before the hand-back: both fire
+    floor = floor_of(due2(q, now=later - ms(1)))
+    assert len(claim3(q, now=later, floor=floor)) == 2
+
+
+def test_the_old_hand_back_leaves_a_row_behind_and_the_walk_from_the_head_finds_it(q):
+    """release_v1 (a sweeper of schema version 6) has no now: claimed_until is nulled, the
+    row goes back to its deliverAt. The trigger puts it at the real now() (later than the
+    fixed test NOW), so here the row is behind a floor only because NOW lies in 2030: the
+    walk from the head is what finds a row behind, whatever put it there."""
+    sched_many(q, 1, now=NOW - ms(60_000))
+    rows = claim3(q, now=NOW)
+    q.release(rows)
+    v = q.one("SELECT visible_at FROM queen.log_timers")
+    assert v == NOW - ms(60_000)  # deliver_at is in 2030, after the real now(): no trigger
+    floor = NOW - ms(1000)
+    assert claim3(q, now=NOW, floor=floor) == []
+    behind = q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,))
+    assert behind == int((NOW - ms(60_000)).timestamp() * 1000)
+    assert len(claim3(q, now=NOW, floor=dt.datetime.fromtimestamp(behind / 1000, tz=dt.timezone.utc))) == 1
+    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) is None
+
+
+def test_a_write_by_hand_behind_now_is_put_at_now_by_the_trigger(q):
+    """A row INSERTed by hand with a deliver_at in the past (an operator, a migration):
+    the trigger sets claimed_until = now(), so visible_at = the transaction's now()."""
+    q.exec("INSERT INTO queen.log_timers (queue, timer_key, deliver_at, txn, message_id, payload)"
+           " VALUES ('q', 'byhand', now() - interval '1 hour', 'x', gen_random_uuid(), '\\x00')")
+    r = q.one("SELECT row_to_json(t) FROM (SELECT visible_at BETWEEN now() - interval '1 minute' AND now() AS at_now,"
+              " claimed_until IS NOT NULL AS set, claim_token IS NULL AS free FROM queen.log_timers) t")
+    assert r == {"at_now": True, "set": True, "free": True}
+    # an UPDATE by hand that hands a claim back the old way, too
+    q.exec("UPDATE queen.log_timers SET claim_token = gen_random_uuid(), claimed_until = now() + interval '1 minute'")
+    q.exec("UPDATE queen.log_timers SET claim_token = NULL, claimed_until = NULL")
+    assert q.one("SELECT visible_at BETWEEN now() - interval '1 minute' AND now() FROM queen.log_timers") is True
+    # a future row by hand is left as written
+    q.exec("INSERT INTO queen.log_timers (queue, timer_key, deliver_at, txn, message_id, payload)"
+           " VALUES ('q', 'future', now() + interval '1 hour', 'x', gen_random_uuid(), '\\x00')")
+    assert q.one("SELECT claimed_until IS NULL FROM queen.log_timers WHERE timer_key = 'future'") is True
+
+
+def test_a_claim_another_session_holds_does_not_move_the_floor_past_its_rows(q, connections):
+    """Rows locked by a claim that has not committed are seen where they were: if that claim
+    rolls back, they are in front of the floor."""
+    sched_many(q, 5, now=NOW - ms(60_000))
+    other = connections()
+    other.autocommit = False
+    with other.cursor() as cur:
+        cur.execute("SELECT count(*) FROM queen.log_timers_claim_v3(NULL, %s, 30000, 5, 50, NULL, NULL, NULL, NULL,"
+                    " NULL, NULL, NULL)", (NOW,))
+        assert cur.fetchone()[0] == 5
+    d = due2(q)  # reads the rows' committed place
+    assert floor_of(d) == NOW - ms(60_000)
+    assert claim3(q, floor=floor_of(d)) == []  # locked: skipped, not passed
+    other.rollback()
+    assert len(claim3(q, floor=floor_of(d))) == 5
+
+
+def test_a_slow_transaction_lands_behind_the_floor_and_only_the_walk_from_the_head_finds_it(q, connections):
+    """The one case the floor does not cover by itself: a transaction that writes a timer with
+    its now and commits more than the slack later. Its row is found by the walk from the head;
+    nothing is skipped."""
+    slow = connections()
+    slow.autocommit = False
+    with slow.cursor() as cur:
+        cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s, 'p', %s)",
+                    (json.dumps([{"op": "schedule", "queue": "q", "timerKey": "slow", "delayMs": 0, "txn": "s",
+                                  "payload": base64.b64encode(b"{}").decode()}]), T1, NOW))
+    later = NOW + ms(10_000)
+    floor = floor_of(due2(q, now=later))
+    assert floor == later - SLACK
+    slow.commit()
+    assert claim3(q, now=later, floor=floor) == []
+    assert due2(q, now=later, floor=floor)["due"] == 0
+    behind = q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,))
+    assert behind == int(NOW.timestamp() * 1000)
+    rows = claim3(q, now=later, floor=dt.datetime.fromtimestamp(behind / 1000, tz=dt.timezone.utc))
+    assert [r["timer_key"] for r in rows] == ["slow"]
+
+
+def test_a_floor_never_moves_back_by_an_answer(q):
+    f = NOW + ms(1000)
+    d = due2(q, now=NOW, floor=f)  # a clock stepped back: now - slack is behind the floor given
+    assert floor_of(d) == f
+
+
+def test_a_subset_of_shards_gives_the_floor_back_unchanged(q):
+    sched_many(q, 3, now=NOW - ms(60_000))
+    f = NOW - ms(3_600_000)
+    d = due2(q, floor=f, shards=[0, 1])
+    assert floor_of(d) == f
+    rows = claim3(q, floor=f, shards=list(range(64)))
+    assert rows and rows[0]["floor_ms"] == int((NOW - ms(60_000)).timestamp() * 1000)
+
+
+def test_a_tenant_behind_another_tenants_backlog_gets_its_share_in_the_first_claim_naming_it(q):
+    """Tenant 1: 3,000 due a minute ago. Tenant 2: 10 due now. The oldest-first pool of a
+    claim of 200 holds only tenant 1; the probe names tenant 2 (the most recently due rows),
+    and the claim that names it takes its 10, oldest first, and tenant 1 the rest."""
+    sched_many(q, 3000, tenant=T1, now=NOW - ms(60_000), prefix="a")
+    sched_many(q, 10, tenant=T2, now=NOW, prefix="b")
+    blind = q.claim2(max_rows=200, per_tenant=50)
+    assert {r["tenant_id"] for r in blind} == {T1}
+    q.release(blind)
+    q.exec("UPDATE queen.log_timers SET claimed_until = NULL")  # back where they were (2030 is after now())
+    d = due2(q, cap=2000)
+    assert d["dueCapped"] is True and str(T2) in d["tenants"]
+    rows = claim3(q, max_rows=200, per_tenant=50, floor=floor_of(d), tenants=[uuid.UUID(t) for t in d["tenants"]])
+    by = {}
+    for r in rows:
+        by.setdefault(r["tenant_id"], []).append(r["timer_key"])
+    assert by[T2] == [f"b{i:06d}" for i in range(10)]
+    assert len(by[T1]) == 190 and by[T1] == sorted(by[T1]) and by[T1][0] == "a000000"
+
+
+def test_a_named_tenant_without_due_rows_costs_nothing_and_changes_nothing(q):
+    sched_many(q, 20, tenant=T1, now=NOW - ms(1000))
+    sched_many(q, 5, tenant=T2, delay_ms=60_000, prefix="f")  # due later
+    rows = claim3(q, max_rows=10, per_tenant=5, tenants=[T2, uuid.uuid4()])
+    assert len(rows) == 10 and {r["tenant_id"] for r in rows} == {T1}
+    assert [r["timer_key"] for r in rows] == [f"k{i:06d}" for i in range(10)]
+
+
+def test_the_claim_v3_refuses_what_v2_refuses(q):
+    for bad in ("SELECT * FROM queen.log_timers_claim_v3(NULL, NULL, 1, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT * FROM queen.log_timers_claim_v3(NULL, now(), 0, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT * FROM queen.log_timers_claim_v3(NULL, now(), 1, 1, 1, NULL, NULL, '{00000000-0000-0000-0000-000000000001}',"
+                " NULL, '{p}', NULL, NULL)"):
+        try:
+            q.all(bad)
+            raise AssertionError("accepted: " + bad)
+        except psycopg2.Error as e:
+            assert e.pgcode == "22023", (bad, e.pgcode)
+            q.conn.rollback() if not q.conn.autocommit else None
+    # 64 tenants at most are looked at; duplicates and nulls are ignored
+    assert claim3(q, tenants=[uuid.uuid4() for _ in range(500)] + [None]) == []

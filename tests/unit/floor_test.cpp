@@ -1,0 +1,74 @@
+// The floor's and the tenants' decisions (sweeper/floor.hpp), at both ends.
+#include <gtest/gtest.h>
+
+#include "sweeper/floor.hpp"
+
+using namespace qsw;
+
+TEST(Floor, AnAnswerMovesTheFloorForwardOnlyInItsEpoch) {
+    const FloorTicket sent{1000, 3};
+    EXPECT_EQ(floor_after_answer(1000, 3, sent, 2000), std::optional<int64_t>(2000));
+    // never back by an answer
+    EXPECT_EQ(floor_after_answer(3000, 3, sent, 2000), std::optional<int64_t>(3000));
+    // an answer to a call sent before a walk lowered the floor is dropped
+    EXPECT_EQ(floor_after_answer(500, 4, sent, 2000), std::optional<int64_t>(500));
+    // no answer (a subset of shards, an empty claim): unchanged
+    EXPECT_EQ(floor_after_answer(1000, 3, sent, std::nullopt), std::optional<int64_t>(1000));
+    // the first floor
+    EXPECT_EQ(floor_after_answer(std::nullopt, 0, FloorTicket{std::nullopt, 0}, 7),
+              std::optional<int64_t>(7));
+    EXPECT_EQ(floor_after_answer(std::nullopt, 1, FloorTicket{std::nullopt, 0}, 7), std::nullopt);
+    // extreme instants
+    EXPECT_EQ(floor_after_answer(INT64_MIN, 0, FloorTicket{INT64_MIN, 0}, INT64_MAX),
+              std::optional<int64_t>(INT64_MAX));
+}
+
+TEST(Floor, AWalkFromTheHeadLowersTheFloorToWhatItFound) {
+    EXPECT_EQ(floor_after_walk(5000, 1200), std::optional<int64_t>(1200));
+    EXPECT_EQ(floor_after_walk(5000, std::nullopt), std::optional<int64_t>(5000));
+    // a row found "behind" a floor that is already lower changes nothing
+    EXPECT_EQ(floor_after_walk(1000, 1200), std::optional<int64_t>(1000));
+    // no floor: the walks start at the head already
+    EXPECT_EQ(floor_after_walk(std::nullopt, 1200), std::nullopt);
+    EXPECT_EQ(floor_after_walk(0, INT64_MIN), std::optional<int64_t>(INT64_MIN));
+}
+
+TEST(Floor, TheWalkFromTheHeadCostsAtMostATwentiethOfTheTime) {
+    EXPECT_EQ(head_walk_every_ms(0), kHeadWalkMinEveryMs);
+    EXPECT_EQ(head_walk_every_ms(-5), kHeadWalkMinEveryMs);
+    EXPECT_EQ(head_walk_every_ms(499), kHeadWalkMinEveryMs);
+    EXPECT_EQ(head_walk_every_ms(1000), 20000);
+    EXPECT_EQ(head_walk_every_ms(15000), kHeadWalkMaxEveryMs);
+    EXPECT_EQ(head_walk_every_ms(INT64_MAX), kHeadWalkMaxEveryMs);  // no overflow
+}
+
+TEST(Floor, TheProbeLooksToTheSleepCeilingUntilItMustLookFurther) {
+    // busy: the ceiling
+    EXPECT_EQ(probe_horizon_ms(0, 0, 1000, 3), std::optional<int64_t>(1000));
+    EXPECT_EQ(probe_horizon_ms(2, 0, 1000, 3), std::optional<int64_t>(1000));
+    // nothing within it idle_after_cycles times: as far as it must (an empty table?)
+    EXPECT_EQ(probe_horizon_ms(3, 0, 1000, 3), std::nullopt);
+    // idle: no bound
+    EXPECT_EQ(probe_horizon_ms(0, 1, 1000, 3), std::nullopt);
+    // extreme knobs
+    EXPECT_EQ(probe_horizon_ms(0, 0, 0, 3), std::optional<int64_t>(1));
+    EXPECT_EQ(probe_horizon_ms(0, 0, 1000, 0), std::optional<int64_t>(1000));
+    EXPECT_EQ(probe_horizon_ms(1, 0, 1000, 0), std::nullopt);
+}
+
+TEST(Floor, TenantsAreNamedWhileABacklogLastsAndTheirRowsKeepComing) {
+    // no backlog: none named
+    EXPECT_TRUE(tenants_after_probe({"a"}, false, {"b"}).empty());
+    // a backlog: those still named first, then the found, no duplicates, no empties
+    EXPECT_EQ(tenants_after_probe({"a", "b"}, true, {"c", "a", "", "d"}),
+              (std::vector<std::string>{"a", "b", "c", "d"}));
+    // at most the cap
+    std::vector<std::string> many;
+    for (int i = 0; i < 100; ++i) many.push_back("t" + std::to_string(i));
+    EXPECT_EQ(tenants_after_probe({}, true, many).size(), kMaxTenantsNamed);
+    EXPECT_EQ(tenants_after_probe({}, true, many, 0).size(), 0u);
+    // a claim keeps those it got rows of
+    EXPECT_EQ(tenants_after_claim({"a", "b", "c"}, {"c", "a", "z"}), (std::vector<std::string>{"a", "c"}));
+    EXPECT_TRUE(tenants_after_claim({"a"}, {}).empty());
+    EXPECT_TRUE(tenants_after_claim({}, {"a"}).empty());
+}
