@@ -35,13 +35,13 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         const bool fire_enabled = j.value("fireEnabled", true);
         const bool maintenance = j.value("maintenance", false);
         p.fire_enabled = fire_enabled;
-        if (!fire_enabled && !fire_paused_logged_) {
+        if (!fire_enabled && !cycle_.fire_paused_logged) {
             log_.warn(std::string("fire paused by ") + (maintenance ? "maintenance mode" : "timers_fire_enabled = false") +
                       ": timers are kept and drain oldest first on resume");
-            fire_paused_logged_ = true;
-        } else if (fire_enabled && fire_paused_logged_) {
+            cycle_.fire_paused_logged = true;
+        } else if (fire_enabled && cycle_.fire_paused_logged) {
             log_.info("fire resumed");
-            fire_paused_logged_ = false;
+            cycle_.fire_paused_logged = false;
         }
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;
