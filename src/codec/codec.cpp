@@ -242,6 +242,65 @@ void append_txn_hash(std::string &out, std::string_view txn) {
     out.append(reinterpret_cast<const char *>(h), kTxnHashBytes);
 }
 
+// One frame's body, bytes [pos, end) of the segment (end already checked to lie inside it):
+// the flags, the ids, the txn, the producer sub and the payload. index and start (where the
+// frame's length begins) name the frame in an error.
+static bool parse_frame_body(const uint8_t *data, size_t index, size_t start, size_t pos, size_t end,
+                             FrameView &f, std::string &error) {
+    // Every read below is bounded by `end`, which the caller kept inside the buffer.
+    auto short_of = [&](size_t need, const char *what) -> bool {
+        if (end - pos >= need) return false;
+        fail(error, index, start,
+             std::string(what) + " at byte " + std::to_string(pos) + " needs " +
+                 std::to_string(need) + (need == 1 ? " byte" : " bytes") +
+                 " but the body ends at byte " +
+                 std::to_string(end));
+        return true;
+    };
+    if (short_of(1, "flags")) return false;
+    f.flags = data[pos];
+    if (f.flags & ~kFrameKnownFlags) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02x", f.flags);
+        return fail(error, index, start,
+                    std::string("flags ") + hex + " at byte " + std::to_string(pos) +
+                        " have unknown bits");
+    }
+    pos += 1;
+    if (short_of(kUuidBytes, "message id")) return false;
+    f.message_id = data + pos;
+    pos += kUuidBytes;
+    if (f.flags & kFrameTraceId) {
+        if (short_of(kUuidBytes, "trace id")) return false;
+        f.trace_id = data + pos;
+        pos += kUuidBytes;
+    }
+    if (short_of(2, "txn length")) return false;
+    const size_t txn_len = get_u16le(data + pos);
+    if (txn_len > end - pos - 2)
+        return fail(error, index, start,
+                    "txn length " + std::to_string(txn_len) + " at byte " +
+                        std::to_string(pos) + " runs past the end of the body at byte " +
+                        std::to_string(end));
+    pos += 2;
+    f.txn = std::string_view(reinterpret_cast<const char *>(data + pos), txn_len);
+    pos += txn_len;
+    if (f.flags & kFrameProducerSub) {
+        if (short_of(2, "producer-sub length")) return false;
+        const size_t sub_len = get_u16le(data + pos);
+        if (sub_len > end - pos - 2)
+            return fail(error, index, start,
+                        "producer-sub length " + std::to_string(sub_len) + " at byte " +
+                            std::to_string(pos) + " runs past the end of the body at byte " +
+                            std::to_string(end));
+        pos += 2;
+        f.producer_sub = std::string_view(reinterpret_cast<const char *>(data + pos), sub_len);
+        pos += sub_len;
+    }
+    f.payload = std::string_view(reinterpret_cast<const char *>(data + pos), end - pos);
+    return true;
+}
+
 bool parse_frames(const uint8_t *data, size_t len, std::vector<FrameView> &out,
                   std::string &error) {
     out.clear();
@@ -266,58 +325,8 @@ bool parse_frames(const uint8_t *data, size_t len, std::vector<FrameView> &out,
                             std::to_string(pos + size_t{body_len}) + ", segment ends at byte " +
                             std::to_string(len) + ")");
         const size_t end = pos + body_len;
-        // Every read below is bounded by `end`, which the check above kept inside the buffer.
-        auto short_of = [&](size_t need, const char *what) -> bool {
-            if (end - pos >= need) return false;
-            fail(error, index, start,
-                 std::string(what) + " at byte " + std::to_string(pos) + " needs " +
-                     std::to_string(need) + (need == 1 ? " byte" : " bytes") +
-                     " but the body ends at byte " +
-                     std::to_string(end));
-            return true;
-        };
         FrameView f;
-        if (short_of(1, "flags")) return false;
-        f.flags = data[pos];
-        if (f.flags & ~kFrameKnownFlags) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "0x%02x", f.flags);
-            return fail(error, index, start,
-                        std::string("flags ") + hex + " at byte " + std::to_string(pos) +
-                            " have unknown bits");
-        }
-        pos += 1;
-        if (short_of(kUuidBytes, "message id")) return false;
-        f.message_id = data + pos;
-        pos += kUuidBytes;
-        if (f.flags & kFrameTraceId) {
-            if (short_of(kUuidBytes, "trace id")) return false;
-            f.trace_id = data + pos;
-            pos += kUuidBytes;
-        }
-        if (short_of(2, "txn length")) return false;
-        const size_t txn_len = get_u16le(data + pos);
-        if (txn_len > end - pos - 2)
-            return fail(error, index, start,
-                        "txn length " + std::to_string(txn_len) + " at byte " +
-                            std::to_string(pos) + " runs past the end of the body at byte " +
-                            std::to_string(end));
-        pos += 2;
-        f.txn = std::string_view(reinterpret_cast<const char *>(data + pos), txn_len);
-        pos += txn_len;
-        if (f.flags & kFrameProducerSub) {
-            if (short_of(2, "producer-sub length")) return false;
-            const size_t sub_len = get_u16le(data + pos);
-            if (sub_len > end - pos - 2)
-                return fail(error, index, start,
-                            "producer-sub length " + std::to_string(sub_len) + " at byte " +
-                                std::to_string(pos) + " runs past the end of the body at byte " +
-                                std::to_string(end));
-            pos += 2;
-            f.producer_sub = std::string_view(reinterpret_cast<const char *>(data + pos), sub_len);
-            pos += sub_len;
-        }
-        f.payload = std::string_view(reinterpret_cast<const char *>(data + pos), end - pos);
+        if (!parse_frame_body(data, index, start, pos, end, f, error)) return false;
         pos = end;
         frames.push_back(f);
     }

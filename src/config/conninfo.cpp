@@ -203,35 +203,37 @@ void scan_uri_params(std::string_view s, size_t p, Scan &sc) {
     }
 }
 
-// The URI form, as conninfo_uri_parse_options reads it.
-void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
+// The URI's user and password (before an '@'), when it has them: where its hosts begin.
+size_t scan_uri_userinfo(std::string_view s, size_t p, Scan &sc) {
+    const size_t n = s.size();
+    std::string decoded;
+    size_t q = p;
+    while (q < n && s[q] != '@' && s[q] != '/') ++q;
+    if (q >= n || s[q] != '@') return p;
+    size_t u = p;
+    while (s[u] != ':' && s[u] != '@') ++u;
+    if (!uri_decode(s.substr(p, u - p), decoded)) sc.fail(p, u);
+    if (s[u] == ':') {
+        const size_t pb = u + 1;
+        size_t pe = pb;
+        while (s[pe] != '@') ++pe;
+        if (pe > pb) {
+            const bool good = uri_decode(s.substr(pb, pe - pb), decoded);
+            sc.secrets.push_back({"password", pb, pe, good ? decoded : std::string(s.substr(pb, pe - pb))});
+            if (!good) sc.fail(pb, pe);
+        }
+        u = pe;
+    }
+    return u + 1;
+}
+
+// The URI's hosts and ports from p on. libpq decodes the hosts joined by commas, and the
+// ports so too, and quotes the joined text when it cannot. False when libpq refuses them;
+// else p is left on what follows them, and prev is that character ('\0' at the end).
+bool scan_uri_hosts(std::string_view s, size_t &p, char &prev, Scan &sc) {
     const size_t n = s.size();
     auto at = [&](size_t i) { return i < n ? s[i] : '\0'; };
     std::string decoded;
-    size_t p = prefix;
-    size_t q = p;
-    while (q < n && s[q] != '@' && s[q] != '/') ++q;
-    if (at(q) == '@') {
-        size_t u = p;
-        while (s[u] != ':' && s[u] != '@') ++u;
-        if (!uri_decode(s.substr(p, u - p), decoded)) sc.fail(p, u);
-        if (s[u] == ':') {
-            const size_t pb = u + 1;
-            size_t pe = pb;
-            while (s[pe] != '@') ++pe;
-            if (pe > pb) {
-                const bool good = uri_decode(s.substr(pb, pe - pb), decoded);
-                sc.secrets.push_back({"password", pb, pe, good ? decoded : std::string(s.substr(pb, pe - pb))});
-                if (!good) sc.fail(pb, pe);
-            }
-            u = pe;
-        }
-        p = u + 1;
-    }
-    if (!sc.ok) return;
-    char prev = '\0';
-    // libpq decodes the hosts joined by commas, and the ports so too, and quotes the joined
-    // text when it cannot.
     const size_t hosts_begin = p;
     std::string hosts, ports;
     bool hosts_bad = false, ports_bad = false;
@@ -244,13 +246,13 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
             while (p < n && s[p] != ']') ++p;
             if (p >= n || p == h) {
                 sc.ok = false;  // no closing bracket, or an empty IPv6 address
-                return;
+                return false;
             }
             ++p;
             const char c = at(p);
             if (c != '\0' && c != ':' && c != '/' && c != '?' && c != ',') {
                 sc.ok = false;
-                return;
+                return false;
             }
             hosts.append(s.substr(h, p - 1 - h));
             if (!uri_decode(s.substr(h, p - 1 - h), decoded)) hosts_bad = true;
@@ -274,9 +276,21 @@ void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
     if (hosts_bad || ports_bad) {
         sc.ok = false;
         sc.echoes.emplace_back(hosts_begin, hosts_bad ? hosts : ports);
-        return;
+        return false;
     }
+    return true;
+}
+
+// The URI form, as conninfo_uri_parse_options reads it.
+void scan_uri(std::string_view s, size_t prefix, Scan &sc) {
+    const size_t n = s.size();
+    auto at = [&](size_t i) { return i < n ? s[i] : '\0'; };
+    size_t p = scan_uri_userinfo(s, prefix, sc);
+    if (!sc.ok) return;
+    char prev = '\0';
+    if (!scan_uri_hosts(s, p, prev, sc)) return;
     if (prev != '\0' && prev != '?') {
+        std::string decoded;
         const size_t db = ++p;
         while (p < n && s[p] != '?') ++p;
         if (!uri_decode(s.substr(db, p - db), decoded)) {

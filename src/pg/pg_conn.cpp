@@ -317,24 +317,7 @@ void PgConn::run(Query q, QueryCallback cb) {
 
 void PgConn::drive_query(int events) {
     if (!pg_) return;
-    if (events & UV_READABLE) {
-        if (!PQconsumeInput(pg_)) {
-            broken(trim_msg(PQerrorMessage(pg_)), false);
-            return;
-        }
-    }
-    if (flushing_) {
-        int f = PQflush(pg_);
-        if (f < 0) {
-            broken(trim_msg(PQerrorMessage(pg_)), false);
-            return;
-        }
-        if (f == 1) {
-            start_poll(UV_READABLE | UV_WRITABLE);
-            return;
-        }
-        flushing_ = false;
-    }
+    if (!read_and_flush(events)) return;
     while (!PQisBusy(pg_)) {
         PGresult *r = PQgetResult(pg_);
         if (!r) {
@@ -345,66 +328,103 @@ void PgConn::drive_query(int events) {
             finish_call(std::move(pending_));
             return;
         }
-        ExecStatusType st = PQresultStatus(r);
-        if (st == PGRES_PIPELINE_SYNC) {
+        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
             PQclear(r);
             if (--syncs_left_ > 0) continue;
-            PQexitPipelineMode(pg_);
-            pipeline_ = false;
-            if (pending_.message.empty() && !pending_.ok) {
-                pending_.message = "the statement returned no result";
-            }
-            finish_call(std::move(pending_));
+            finish_pipeline();
             return;
         }
-        // In a pinned pipeline only the statement's own result is the answer (index 2);
-        // BEGIN, the pin and COMMIT only count when they fail.
-        const bool answer = !pipeline_ || pipe_index_ == 2;
-        if (pipeline_ && pipe_index_ > 3) {  // the trailing ROLLBACK: never the answer, never an error
-            PQclear(r);
-            continue;
-        }
-        if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-            if (answer && pending_.sqlstate.empty() && pending_.message.empty()) {
-                pending_.ok = true;
-                pending_.res = std::shared_ptr<PGresult>(r, PQclear);
-                continue;
-            }
-        } else if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE) {
-            if (pending_.message.empty()) {
-                const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-                const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
-                pending_.ok = false;
-                pending_.res.reset();
-                pending_.sqlstate = ss ? ss : "";
-                pending_.message = primary ? primary : trim_msg(PQresultErrorMessage(r));
-                // A server in recovery refuses the pinned BEGIN ... READ WRITE with 0A000
-                // ("cannot set transaction read-write mode during recovery"): that is a
-                // read-only server, never a fault of the statement, so it is reported as one.
-                if (pipeline_ && pipe_index_ == 0 && pending_.sqlstate == "0A000") {
-                    pending_.sqlstate = "25006";
-                    pending_.message = "server is read-only (in recovery: a standby): " + pending_.message;
-                }
-                if (pending_.sqlstate == "25006") read_only_seen_ = true;
-            }
-        }
-        PQclear(r);
+        if (take_result(r)) continue;
         if (PQstatus(pg_) == CONNECTION_BAD) break;
     }
     if (PQstatus(pg_) == CONNECTION_BAD) {
-        // The server answered with an error and then went away (pg_terminate_backend,
-        // a shutdown): deliver what it said, then replace the connection.
-        PgResult r = std::move(pending_);
-        if (r.message.empty()) r.message = trim_msg(PQerrorMessage(pg_));
-        r.ok = false;
-        if (r.sqlstate.empty()) r.origin = Origin::transport;
-        auto cb = std::move(cb_);
-        cb_ = nullptr;
-        broken(r.message, false);
-        if (cb) cb(std::move(r));
+        deliver_then_replace();
         return;
     }
     start_poll(UV_READABLE);
+}
+
+bool PgConn::read_and_flush(int events) {
+    if (events & UV_READABLE) {
+        if (!PQconsumeInput(pg_)) {
+            broken(trim_msg(PQerrorMessage(pg_)), false);
+            return false;
+        }
+    }
+    if (flushing_) {
+        int f = PQflush(pg_);
+        if (f < 0) {
+            broken(trim_msg(PQerrorMessage(pg_)), false);
+            return false;
+        }
+        if (f == 1) {
+            start_poll(UV_READABLE | UV_WRITABLE);
+            return false;
+        }
+        flushing_ = false;
+    }
+    return true;
+}
+
+void PgConn::finish_pipeline() {
+    PQexitPipelineMode(pg_);
+    pipeline_ = false;
+    if (pending_.message.empty() && !pending_.ok) {
+        pending_.message = "the statement returned no result";
+    }
+    finish_call(std::move(pending_));
+}
+
+bool PgConn::take_result(PGresult *r) {
+    const ExecStatusType st = PQresultStatus(r);
+    // In a pinned pipeline only the statement's own result is the answer (index 2);
+    // BEGIN, the pin and COMMIT only count when they fail.
+    const bool answer = !pipeline_ || pipe_index_ == 2;
+    if (pipeline_ && pipe_index_ > 3) {  // the trailing ROLLBACK: never the answer, never an error
+        PQclear(r);
+        return true;
+    }
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        if (answer && pending_.sqlstate.empty() && pending_.message.empty()) {
+            pending_.ok = true;
+            pending_.res = std::shared_ptr<PGresult>(r, PQclear);
+            return true;
+        }
+    } else if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE) {
+        if (pending_.message.empty()) note_error_result(r);
+    }
+    PQclear(r);
+    return false;
+}
+
+void PgConn::note_error_result(const PGresult *r) {
+    const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    pending_.ok = false;
+    pending_.res.reset();
+    pending_.sqlstate = ss ? ss : "";
+    pending_.message = primary ? primary : trim_msg(PQresultErrorMessage(r));
+    // A server in recovery refuses the pinned BEGIN ... READ WRITE with 0A000
+    // ("cannot set transaction read-write mode during recovery"): that is a
+    // read-only server, never a fault of the statement, so it is reported as one.
+    if (pipeline_ && pipe_index_ == 0 && pending_.sqlstate == "0A000") {
+        pending_.sqlstate = "25006";
+        pending_.message = "server is read-only (in recovery: a standby): " + pending_.message;
+    }
+    if (pending_.sqlstate == "25006") read_only_seen_ = true;
+}
+
+void PgConn::deliver_then_replace() {
+    // The server answered with an error and then went away (pg_terminate_backend,
+    // a shutdown): deliver what it said, then replace the connection.
+    PgResult r = std::move(pending_);
+    if (r.message.empty()) r.message = trim_msg(PQerrorMessage(pg_));
+    r.ok = false;
+    if (r.sqlstate.empty()) r.origin = Origin::transport;
+    auto cb = std::move(cb_);
+    cb_ = nullptr;
+    broken(r.message, false);
+    if (cb) cb(std::move(r));
 }
 
 void PgConn::finish_call(PgResult r) {

@@ -95,6 +95,15 @@ private:
     void on_timer();
     void continue_connect();
     void drive_query(int events);
+    // drive_query's steps: read what arrived and finish sending (false: wait, or broken);
+    // one result taken into the call's answer (true: read on at once; false: r cleared,
+    // look whether the connection survived); its error fields; the pipeline's last sync;
+    // an error the server sent before it went away, delivered, then the connection replaced.
+    bool read_and_flush(int events);
+    bool take_result(PGresult *r);
+    void note_error_result(const PGresult *r);
+    void finish_pipeline();
+    void deliver_then_replace();
     void finish_call(PgResult r);
     void broken(const std::string &why, bool cancel_on_server);
     void reset_handles();

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "pg/classify.hpp"
+#include "sweeper/awaitables.hpp"
 #include "sweeper/handback.hpp"
 #include "sweeper/ladder.hpp"
 #include "sweeper/sweeper.hpp"
@@ -16,12 +17,12 @@ namespace qsw {
 
 Task<void> Sweeper::run() {
     co_await schema_->run();
-    while (!stopping_.load()) {
+    while (!life_.stopping()) {
         // Not ready because of the schema: look again now and then, so a schema an
         // operator applies (or grants given) later makes the sweeper ready.
         if (schema_->recheck_due()) {
             co_await schema_->run();
-            if (stopping_.load()) break;
+            if (life_.stopping()) break;
         }
         readiness_.begin_cycle();
         // A cycle's own error is contained: counted against the fire, last_error set, and
@@ -31,25 +32,24 @@ Task<void> Sweeper::run() {
         Settled<int64_t> c = co_await settle(cycle());
         const int64_t sleep_ms = c.error ? cycle_crashed(describe(c.error)) : *c.value;
         readiness_.end_cycle();
-        if (stopping_.load()) break;
-        co_await sleep_for(sleep_ms);
+        if (life_.stopping()) break;
+        co_await bell_.sleep_for(sleep_ms);
     }
     // Graceful: hand back every claim still held so no other broker waits out a lease.
     // A walk from the head still running holds this loop's state: wait for it (a stop
     // past its time cancels its call).
-    while (floor_ && floor_->head_walking()) co_await sleep_for(5);
-    if (!hard_stop_.load()) co_await release_held();
+    while (floor_ && floor_->head_walking()) co_await loop_delay(&loop_, 5);
+    if (!life_.hard_stop()) co_await release_held();
 }
 
 Task<int64_t> Sweeper::cycle() {
     if (g_test_fail_next_cycle.exchange(false)) throw std::runtime_error("injected internal error (test seam)");
-    ++cycle_no_;
+    ++cycle_.cycle_no;
     // Re-arm the wake: from here on, any locally committed instant rings again.
-    wake_hint_.store(INT64_MAX);
-    if (std::exchange(woken_, false)) idle_cycles_ = 0;  // a wake resets the idle count
-    const std::vector<int16_t> shards = shard_order(start_shard_, cycle_no_);
+    if (bell_.rearm()) cycle_.idle_cycles = 0;  // a wake resets the idle count
+    const std::vector<int16_t> shards = shard_order(cycle_.start_shard, cycle_.cycle_no);
     const LadderStep step =
-        shedding_ladder(pressure_, slow_pressure_, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
+        shedding_ladder(cycle_.pressure, cycle_.slow_pressure, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
 
     // After a lost connection: resolve its unanswered fires and hand its claims back
     // (recovery.cpp) before anything else, so they do not wait out the lease.
@@ -68,13 +68,13 @@ Task<int64_t> Sweeper::cycle() {
         const int64_t ms = co_await after_failed_probe(shards, step);
         co_return ms;
     }
-    error_backoff_ms_ = 0;
+    backoff_.ms = 0;
 
     // B. DRAIN
     const DrainStep d = co_await drain_step(pr, shards, step);
     // The walk from the index head for a slow transaction's rows behind the floor: beside
     // the cycle, never on the drain's path (it passes every dead entry behind the floor).
-    if (!stopping_.load() && floor_->head_walk_due())
+    if (!life_.stopping() && floor_->head_walk_due())
         spawn(floor_->head_walk(), [this](std::exception_ptr e) {
             if (e) log_.error("the walk from the index head ended by an internal error: " + describe(e));
         });
@@ -82,7 +82,7 @@ Task<int64_t> Sweeper::cycle() {
 
     // C. SUB-CLOCKS: usage rollup, then KV prune. Shedding starts from the bottom.
     bool kv_work = false;
-    if (!stopping_.load()) kv_work = co_await sub_clocks_->run(shards, step, prev_pressure);
+    if (!life_.stopping()) kv_work = co_await sub_clocks_->run(shards, step, prev_pressure);
 
     // D. SLEEP
     co_return sleep_after(d, kv_work);
@@ -93,9 +93,9 @@ Task<int64_t> Sweeper::cycle() {
 // overloaded database skips them, since they would fail the same way and add load where
 // the fire is already waiting.
 Task<int64_t> Sweeper::after_failed_probe(const std::vector<int16_t> &shards, const LadderStep &step) {
-    int64_t ms = error_backoff_ms_;
-    if (!last_error_transient_ && !stopping_.load()) {
-        const bool kv_work = co_await sub_clocks_->run(shards, step, pressure_);
+    int64_t ms = backoff_.ms;
+    if (!backoff_.transient && !life_.stopping()) {
+        const bool kv_work = co_await sub_clocks_->run(shards, step, cycle_.pressure);
         ms = std::min(ms, sub_clocks_->ms_until_next_gate());
         if (kv_work) ms = std::min(ms, sub_clocks_->ms_until_prune());
         ms = std::max<int64_t>(ms, 1);
@@ -126,7 +126,7 @@ Task<Sweeper::DrainStep> Sweeper::drain_step(const ProbeResult &pr, const std::v
     const Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
     d.capped = dr.capped;
     d.out_of_time = dr.out_of_time;
-    d.failed_transient = dr.failed && last_error_transient_;  // unreachable or overloaded
+    d.failed_transient = dr.failed && backoff_.transient;  // unreachable or overloaded
     if (dr.moved > 0) d.outcome = CycleOutcome::drained;
     else if (dr.empty_claim) d.outcome = CycleOutcome::empty_claim;
     else if (dr.failed) d.next_in = cfg_.sweeper_transient_backoff_ms;
@@ -138,14 +138,15 @@ Task<Sweeper::DrainStep> Sweeper::drain_step(const ProbeResult &pr, const std::v
 // a healthy database, and shedding the prune would only blind its alarm. Returns the
 // pressure before this cycle (what the sub-clocks are shed by).
 int64_t Sweeper::note_pressure(const DrainStep &d) {
-    const int64_t prev_pressure = pressure_;
+    const int64_t prev_pressure = cycle_.pressure;
     const bool db_pressure = d.out_of_time || d.failed_transient;
-    pressure_ = db_pressure ? pressure_ + 1 : 0;
-    slow_pressure_ = d.out_of_time ? slow_pressure_ + 1 : 0;
+    cycle_.pressure = db_pressure ? cycle_.pressure + 1 : 0;
+    cycle_.slow_pressure = d.out_of_time ? cycle_.slow_pressure + 1 : 0;
     if (d.out_of_time) drain_->reset_batch();  // a slow database: back to the base batch
-    if (prev_pressure != pressure_ && pressure_ <= 3)  // the first steps and the return to 0, not every cycle
-        log_.log(pressure_ ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
-                 "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(pressure_) +
+    // The first steps and the return to 0, not every cycle.
+    if (prev_pressure != cycle_.pressure && cycle_.pressure <= 3)
+        log_.log(cycle_.pressure ? QUEEN_SWEEPER_LOG_WARN : QUEEN_SWEEPER_LOG_INFO,
+                 "pressure " + std::to_string(prev_pressure) + " -> " + std::to_string(cycle_.pressure) +
                      (d.out_of_time        ? ": the drain ran out of its half-lease (the database is slow)"
                       : d.failed_transient ? ": a drain call failed (the database is unreachable or overloaded)"
                                            : ": the database keeps up"));
@@ -159,23 +160,23 @@ int64_t Sweeper::sleep_after(DrainStep d, bool kv_work) {
         d.outcome = CycleOutcome::work_due;  // expired keys remain: keep the prune's cadence
         d.next_in = cfg_.sweeper_max_sleep_ms;
     }
-    idle_cycles_ = d.outcome == CycleOutcome::idle ? idle_cycles_ + 1 : 0;
+    cycle_.idle_cycles = d.outcome == CycleOutcome::idle ? cycle_.idle_cycles + 1 : 0;
     SleepBands bands{cfg_.sweeper_min_sleep_ms,       cfg_.sweeper_max_sleep_ms,
                      cfg_.sweeper_idle_max_sleep_ms,  cfg_.sweeper_idle_after_cycles,
                      cfg_.sweeper_empty_claim_min_ms, cfg_.sweeper_empty_claim_max_ms};
     std::uniform_real_distribution<double> jitter(0.0, 1.0);
     // Only a slow database lengthens the sleep; a backlog goes again at the floor.
-    SleepInput in{d.outcome, d.next_in, idle_cycles_, jitter(rng_), slow_pressure_};
+    SleepInput in{d.outcome, d.next_in, cycle_.idle_cycles, jitter(cycle_.rng), cycle_.slow_pressure};
     const int64_t ms = std::max<int64_t>(
         1, std::min({compute_sleep_ms(bands, in), sub_clocks_->ms_until_next_gate(), drain_->ms_until_kept_due()}));
     std::lock_guard<std::mutex> g(stats_.mu);
     auto &f = stats_.f;
     ++f.cycles_total;
-    f.pressure = pressure_;
-    f.slow_pressure = slow_pressure_;
+    f.pressure = cycle_.pressure;
+    f.slow_pressure = cycle_.slow_pressure;
     if (d.capped) ++f.capped_cycles_total;
     f.sleep_ms = ms;
-    f.idle_cycles = idle_cycles_;
+    f.idle_cycles = cycle_.idle_cycles;
     f.phase_fire = "on";
     return ms;
 }
@@ -193,26 +194,26 @@ int64_t Sweeper::cycle_crashed(const std::string &why) {
         ++stats_.f.cycles_total;
         ++stats_.f.cycle_crashes_total;
     }
-    return std::max<int64_t>(error_backoff_ms_, 1);
+    return std::max<int64_t>(backoff_.ms, 1);
 }
 
 void Sweeper::cycle_failed(const std::string &phase, const PgResult &r) {
     note_error(phase, r);
     const ErrorClass c = classify(r);
-    last_error_transient_ = c == ErrorClass::transient;
-    const int64_t prev = error_backoff_ms_;
+    backoff_.transient = c == ErrorClass::transient;
+    const int64_t prev = backoff_.ms;
     if (c == ErrorClass::transient) {
-        error_backoff_ms_ = cfg_.sweeper_transient_backoff_ms;
+        backoff_.ms = cfg_.sweeper_transient_backoff_ms;
     } else {
         // A broken schema or a missing function: the fire never turns itself off,
         // it keeps trying with a doubling backoff and says why.
-        error_backoff_ms_ = std::clamp<int64_t>(prev * 2, cfg_.sweeper_backoff_min_ms, cfg_.sweeper_backoff_max_ms);
+        backoff_.ms = std::clamp<int64_t>(prev * 2, cfg_.sweeper_backoff_min_ms, cfg_.sweeper_backoff_max_ms);
     }
     const std::string msg = phase + " failed (" + error_class_name(c) +
                             (r.sqlstate.empty() ? "" : ", SQLSTATE " + r.sqlstate) + "): " + r.message;
-    if (msg != last_logged_error_) {
-        log_.warn(msg + "; retrying in " + std::to_string(error_backoff_ms_) + " ms");
-        last_logged_error_ = msg;
+    if (msg != backoff_.last_logged) {
+        log_.warn(msg + "; retrying in " + std::to_string(backoff_.ms) + " ms");
+        backoff_.last_logged = msg;
     }
 }
 

@@ -10,7 +10,7 @@ namespace qsw {
 
 Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     const FloorTicket floor = floor_->ticket();
-    const std::optional<int64_t> horizon = floor_->horizon_ms(idle_cycles_);
+    const std::optional<int64_t> horizon = floor_->horizon_ms(cycle_.idle_cycles);
     Query q;
     q.sql = sql::kProbe;
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(cfg_.sweeper_due_cap)),
@@ -56,13 +56,13 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         const bool fire_enabled = j.value("fireEnabled", true);
         const bool maintenance = j.value("maintenance", false);
         p.fire_enabled = fire_enabled;
-        if (!fire_enabled && !fire_paused_logged_) {
+        if (!fire_enabled && !cycle_.fire_paused_logged) {
             log_.warn(std::string("fire paused by ") + (maintenance ? "maintenance mode" : "timers_fire_enabled = false") +
                       ": timers are kept and drain oldest first on resume");
-            fire_paused_logged_ = true;
-        } else if (fire_enabled && fire_paused_logged_) {
+            cycle_.fire_paused_logged = true;
+        } else if (fire_enabled && cycle_.fire_paused_logged) {
             log_.info("fire resumed");
-            fire_paused_logged_ = false;
+            cycle_.fire_paused_logged = false;
         }
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;

@@ -6,14 +6,10 @@
 #include <uv.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <random>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -27,14 +23,17 @@
 #include "sweeper/backstop.hpp"
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
+#include "sweeper/cycle_state.hpp"
 #include "sweeper/drain.hpp"
 #include "sweeper/floor.hpp"
 #include "sweeper/ladder.hpp"
+#include "sweeper/lifecycle.hpp"
 #include "sweeper/readiness.hpp"
 #include "sweeper/recovery.hpp"
 #include "sweeper/schema_step.hpp"
 #include "sweeper/sleep.hpp"
 #include "sweeper/subclocks.hpp"
+#include "sweeper/wake.hpp"
 
 namespace qsw {
 
@@ -61,7 +60,7 @@ public:
     static int start_shard_for(const std::string &broker_id);
 
 private:
-    enum class Phase { created, running, stopped, disabled };
+    using Phase = Lifecycle::Phase;
 
     // Loop-thread parts.
     void thread_main();
@@ -90,11 +89,8 @@ private:
     int64_t sleep_after(DrainStep d, bool kv_work);
     // Graceful stop: hands back every claim still held (after resolving lost fires).
     Task<void> release_held();
-    Task<void> sleep_for(int64_t ms);
-    bool ring(uv_async_t *doorbell) noexcept;
-    void on_wake_signal();
     void on_stop_signal();
-    void on_pool_up();  // the pool found the database again: cut the backoff short
+    void make_pool_and_phases();  // start: the pool, then the phases that use it
     void publish_pool();
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);
@@ -106,55 +102,28 @@ private:
     queen_sweeper_fired_fn fired_fn_ = nullptr;
     void *fired_user_ = nullptr;
 
-    std::mutex life_mu_;  // serialises start/stop
-    Phase phase_ = Phase::created;
-    std::thread thread_;
+    Lifecycle life_;  // the phase, the loop thread, the stop's flags (host threads and the loop)
     uv_loop_t loop_{};
-    uv_async_t wake_async_{};
-    uv_async_t stop_async_{};
-    uv_timer_t sleep_timer_{};
+    WakeBell bell_;   // the wake and stop doorbells, the wake hint, the sleep between cycles
     std::unique_ptr<Pool> pool_;
     Backstop backstop_;  // its own timer and doorbell, no connection: outside the cycle
-    // The phases, each owning its state (made at start, once the pool exists).
-    std::unique_ptr<SubClocks> sub_clocks_;  // C. the usage rollup and the KV prune
-
-    // The wake: the nearest locally committed instant since the last re-arm.
-    std::atomic<int64_t> wake_hint_{INT64_MAX};
-    std::atomic<bool> accepting_wakes_{false};
-    std::atomic<int> wakers_in_flight_{0};
-
-    std::atomic<bool> stopping_{false};
-    std::atomic<bool> hard_stop_{false};
-    std::mutex done_mu_;
-    std::condition_variable done_cv_;
-    bool graceful_done_ = false;
     // Readiness (wait_ready on host threads) and health; the schema step that readiness
     // waits for (made at start, once the pool exists).
     Readiness readiness_;
     std::unique_ptr<SchemaStep> schema_;
 
-    // Loop-thread state.
-    std::coroutine_handle<> sleeper_;
-    int64_t sleep_deadline_unix_ms_ = 0;
-    uint64_t sleep_deadline_mono_ = 0;  // the same deadline on the loop's monotonic clock
-    bool woken_ = false;
-    int start_shard_ = 0;
-    int64_t cycle_no_ = 0;
-    int64_t idle_cycles_ = 0;
-    int64_t pressure_ = 0;
-    int64_t slow_pressure_ = 0;
-    bool fire_paused_logged_ = false;
-    int64_t error_backoff_ms_ = 0;
-    bool last_error_transient_ = false;  // the last cycle_failed was transient (database unreachable)
-    std::string last_logged_error_;
-    std::minstd_rand rng_;
-    // The phases that own their state (drain.hpp, recovery.hpp), and the claims they share.
+    // Loop-thread state: what one cycle leaves to the next (cycle_state.hpp).
+    CycleState cycle_;
+    ErrorBackoff backoff_;
+    // The phases, each owning its state (made at start, once the pool exists), and the
+    // claims they share.
     HeldClaims held_;
     std::unique_ptr<LoopContext> ctx_;
     std::unique_ptr<Recovery> recovery_;
     std::unique_ptr<DueFloor> floor_;  // where the probe and the claim start (floor.hpp)
     uint64_t server_changes_seen_ = 0;
     std::unique_ptr<Drain> drain_;
+    std::unique_ptr<SubClocks> sub_clocks_;  // C. the usage rollup and the KV prune
 };
 
 // Test seams (integration tests link the core). The next cycle throws, as an internal error

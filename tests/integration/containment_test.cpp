@@ -14,34 +14,15 @@
 #include <unistd.h>
 
 #include "db.hpp"
+#include "helpers.hpp"
 #include "queen_sweeper.h"
 #include "sweeper/drain.hpp"
 
 using namespace std::chrono;
+using testhelp::stats_of;
+using testhelp::wait_for;
 
 namespace {
-
-nlohmann::json stats_of(queen_sweeper *sw) {
-    std::string s(8192, '\0');
-    for (;;) {
-        const int64_t n = queen_sweeper_stats(sw, s.data(), s.size());
-        if (n < 0) throw std::runtime_error(queen_sweeper_last_error());
-        if (static_cast<size_t>(n) < s.size()) {
-            s.resize(static_cast<size_t>(n));
-            return nlohmann::json::parse(s);
-        }
-        s.assign(static_cast<size_t>(n) * 2, '\0');
-    }
-}
-
-template <class F> bool wait_for(F f, int ms) {
-    auto end = steady_clock::now() + milliseconds(ms);
-    while (steady_clock::now() < end) {
-        if (f()) return true;
-        std::this_thread::sleep_for(milliseconds(20));
-    }
-    return f();
-}
 
 // n due timers in queue `queue`, over 4 partitions, inserted directly (superuser).
 void schedule(testdb::Conn &db, const std::string &queue, int n) {

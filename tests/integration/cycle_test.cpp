@@ -17,25 +17,15 @@
 
 #include "codec/packer.hpp"
 #include "db.hpp"
+#include "helpers.hpp"
 #include "pg/pool.hpp"
 #include "queen_sweeper.h"
 
 using namespace std::chrono;
+using testhelp::stats_of;
+using testhelp::wait_for;
 
 namespace {
-
-nlohmann::json stats_of(queen_sweeper *sw) {
-    std::string s(4096, '\0');
-    for (;;) {
-        const int64_t n = queen_sweeper_stats(sw, s.data(), s.size());
-        if (n < 0) throw std::runtime_error(queen_sweeper_last_error());
-        if (static_cast<size_t>(n) < s.size()) {
-            s.resize(static_cast<size_t>(n));
-            return nlohmann::json::parse(s);
-        }
-        s.assign(static_cast<size_t>(n) * 2, '\0');
-    }
-}
 
 queen_sweeper *make(const nlohmann::json &extra, const std::string &ci = testdb::sweeper_conninfo()) {
     nlohmann::json cfg = {{"conninfo", ci}, {"read_env", false}, {"broker_id", "cycle-test"}, {"log_stderr", false}};
@@ -43,15 +33,6 @@ queen_sweeper *make(const nlohmann::json &extra, const std::string &ci = testdb:
     queen_sweeper *sw = nullptr;
     EXPECT_EQ(queen_sweeper_create(cfg.dump().c_str(), &sw), 0) << queen_sweeper_last_error();
     return sw;
-}
-
-template <class F> bool wait_for(F f, int ms) {
-    auto end = steady_clock::now() + milliseconds(ms);
-    while (steady_clock::now() < end) {
-        if (f()) return true;
-        std::this_thread::sleep_for(milliseconds(10));
-    }
-    return f();
 }
 
 void stop_cleanly(queen_sweeper *&sw) {
@@ -173,7 +154,7 @@ TEST_F(Cycle, ProbeThenDrainThenRollupThenPruneThenSleepWithTheBackstopOnItsOwnT
     };
     for (int round = 0; round < 3 || (claims_seen() < 3 && round < 12); ++round) {
         insert_due(db, queue, 150, round * 150);
-        ASSERT_TRUE(wait_for([&] { return left_in(db, queue) == 0; }, 30000)) << "round " << round;
+        ASSERT_TRUE(wait_for([&] { return left_in(db, queue) == 0; }, 30000, 10)) << "round " << round;
         std::this_thread::sleep_for(milliseconds(300));
     }
     std::this_thread::sleep_for(milliseconds(1200));
@@ -289,13 +270,13 @@ TEST_F(Cycle, NoConnectionIsHeldAndNoTransactionOpenWhileAClaimIsPacked) {
     for (int round = 0; round < 10 && packs() == 0; ++round, from += 40) {
         insert_due(db, queue, 40, from);
         queen_sweeper_wake(sw, 0);
-        ASSERT_TRUE(wait_for([&] { return left_in(db, queue) == 0; }, 30000));
+        ASSERT_TRUE(wait_for([&] { return left_in(db, queue) == 0; }, 30000, 10));
     }
     const size_t short_packs = packs();
     for (int round = 0; round < 5 && packs() < short_packs + 5; ++round, from += 1000) {
         insert_due(db, queue, 1000, from);
         queen_sweeper_wake(sw, 0);
-        ASSERT_TRUE(wait_for([&] { return left_in(db, queue) == 0; }, 60000));
+        ASSERT_TRUE(wait_for([&] { return left_in(db, queue) == 0; }, 60000, 10));
     }
     qsw::g_test_on_pack.store(nullptr);
     stop_cleanly(sw);

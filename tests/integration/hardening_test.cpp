@@ -14,38 +14,16 @@
 #include <thread>
 
 #include "db.hpp"
+#include "helpers.hpp"
 #include "queen_sweeper.h"
 #include "sweeper/sweeper.hpp"
 
 using namespace std::chrono;
+using testhelp::metrics_of;
+using testhelp::stats_of;
+using testhelp::wait_for;
 
 namespace {
-
-nlohmann::json stats_of(queen_sweeper *sw) {
-    std::string s(4096, '\0');
-    for (;;) {
-        const int64_t n = queen_sweeper_stats(sw, s.data(), s.size());
-        if (n < 0) throw std::runtime_error(queen_sweeper_last_error());
-        if (static_cast<size_t>(n) < s.size()) {
-            s.resize(static_cast<size_t>(n));
-            return nlohmann::json::parse(s);
-        }
-        s.assign(static_cast<size_t>(n) * 2, '\0');
-    }
-}
-
-std::string metrics_of(queen_sweeper *sw) {
-    std::string s(1 << 16, '\0');
-    for (;;) {
-        const int64_t n = queen_sweeper_metrics(sw, s.data(), s.size());
-        if (n < 0) throw std::runtime_error(queen_sweeper_last_error());
-        if (static_cast<size_t>(n) < s.size()) {
-            s.resize(static_cast<size_t>(n));
-            return s;
-        }
-        s.assign(static_cast<size_t>(n) * 2, '\0');
-    }
-}
 
 queen_sweeper *make(const nlohmann::json &extra, const std::string &ci) {
     nlohmann::json cfg = {{"conninfo", ci}, {"read_env", false}, {"broker_id", "hardening"},
@@ -54,15 +32,6 @@ queen_sweeper *make(const nlohmann::json &extra, const std::string &ci) {
     queen_sweeper *sw = nullptr;
     EXPECT_EQ(queen_sweeper_create(cfg.dump().c_str(), &sw), 0) << queen_sweeper_last_error();
     return sw;
-}
-
-template <class F> bool wait_for(F f, int ms) {
-    auto end = steady_clock::now() + milliseconds(ms);
-    while (steady_clock::now() < end) {
-        if (f()) return true;
-        std::this_thread::sleep_for(milliseconds(20));
-    }
-    return f();
 }
 
 struct PrivateCluster {

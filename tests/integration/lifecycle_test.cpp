@@ -14,25 +14,14 @@
 #include <unistd.h>
 
 #include "db.hpp"
+#include "helpers.hpp"
 #include "queen_sweeper.h"
 
 using namespace std::chrono;
+using testhelp::stats_of;
+using testhelp::wait_for;
 
 namespace {
-
-nlohmann::json stats(queen_sweeper *sw) {
-    // The figures move between two calls, so grow the buffer until the text fits.
-    std::string s(4096, '\0');
-    for (;;) {
-        const int64_t n = queen_sweeper_stats(sw, s.data(), s.size());
-        if (n < 0) throw std::runtime_error(queen_sweeper_last_error());
-        if (static_cast<size_t>(n) < s.size()) {
-            s.resize(static_cast<size_t>(n));
-            return nlohmann::json::parse(s);
-        }
-        s.assign(static_cast<size_t>(n) * 2, '\0');
-    }
-}
 
 // Sweepers log in as the queen_sweeper role (least privilege); apply tests pass the superuser.
 queen_sweeper *make(const std::string &extra = "", const std::string &ci = testdb::sweeper_conninfo()) {
@@ -43,17 +32,8 @@ queen_sweeper *make(const std::string &extra = "", const std::string &ci = testd
     return sw;
 }
 
-template <class F> bool wait_for(F f, int ms) {
-    auto end = steady_clock::now() + milliseconds(ms);
-    while (steady_clock::now() < end) {
-        if (f()) return true;
-        std::this_thread::sleep_for(milliseconds(20));
-    }
-    return f();
-}
-
 void expect_clean_teardown(queen_sweeper *sw) {
-    auto s = stats(sw);
+    auto s = stats_of(sw);
     EXPECT_EQ(s["state"], "stopped");
     EXPECT_EQ(s["loop_close_rc"], 0);
     EXPECT_EQ(s["teardown_clean"], true);
@@ -76,7 +56,7 @@ TEST_F(Lifecycle, StopBeforeStartDoubleStopAndDestroyWithoutStop) {
 
     sw = make();
     ASSERT_EQ(queen_sweeper_start(sw), 0);
-    ASSERT_TRUE(wait_for([&] { return stats(sw)["cycles_total"].get<int64_t>() >= 1; }, 10000));
+    ASSERT_TRUE(wait_for([&] { return stats_of(sw)["cycles_total"].get<int64_t>() >= 1; }, 10000));
     EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
     EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
     expect_clean_teardown(sw);
@@ -164,7 +144,7 @@ TEST_F(Lifecycle, WakesRacingStopFromSeveralThreads) {
         std::this_thread::sleep_for(milliseconds(20));  // wakes on a stopped sweeper
         go = false;
         for (auto &t : ts) t.join();
-        auto s = stats(sw);
+        auto s = stats_of(sw);
         EXPECT_GT(s["wakes_total"].get<int64_t>(), 1000);
         expect_clean_teardown(sw);
         queen_sweeper_destroy(&sw);
@@ -174,8 +154,8 @@ TEST_F(Lifecycle, WakesRacingStopFromSeveralThreads) {
 TEST_F(Lifecycle, ADatabaseDownAtStartIsNotAStartFailure) {
     queen_sweeper *sw = make("{\"connect_timeout_ms\": 1000}", "host=127.0.0.1 port=1 dbname=x user=x");
     ASSERT_EQ(queen_sweeper_start(sw), 0) << queen_sweeper_last_error();
-    ASSERT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "down"; }, 10000)) << stats(sw).dump();
-    auto s = stats(sw);
+    ASSERT_TRUE(wait_for([&] { return stats_of(sw)["db_state"] == "down"; }, 10000)) << stats_of(sw).dump();
+    auto s = stats_of(sw);
     EXPECT_FALSE(s["db_last_error"].get<std::string>().empty());
     EXPECT_GE(s["cycle_errors_total"].get<int64_t>(), 1);
     EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
@@ -189,7 +169,7 @@ TEST_F(Lifecycle, DisabledStartsNothingAndSaysSo) {
     queen_sweeper_set_log_callback(
         sw, [](void *u, int, const char *m) { static_cast<std::vector<std::string> *>(u)->push_back(m); }, &logs);
     ASSERT_EQ(queen_sweeper_start(sw), 0);
-    EXPECT_EQ(stats(sw)["state"], "disabled");
+    EXPECT_EQ(stats_of(sw)["state"], "disabled");
     ASSERT_EQ(logs.size(), 1u);
     EXPECT_NE(logs[0].find("sweeper=false"), std::string::npos);
     EXPECT_EQ(queen_sweeper_stop(sw, 100), 0);
@@ -199,9 +179,9 @@ TEST_F(Lifecycle, DisabledStartsNothingAndSaysSo) {
 TEST_F(Lifecycle, TheSweeperNeverTakesANonMaintSlot) {
     queen_sweeper *sw = make("{\"sweeper_max_sleep_ms\": 50, \"sweeper_idle_max_sleep_ms\": 50}");
     ASSERT_EQ(queen_sweeper_start(sw), 0);
-    ASSERT_TRUE(wait_for([&] { return stats(sw)["cycles_total"].get<int64_t>() >= 5; }, 10000));
+    ASSERT_TRUE(wait_for([&] { return stats_of(sw)["cycles_total"].get<int64_t>() >= 5; }, 10000));
     ASSERT_EQ(queen_sweeper_stop(sw, 5000), 0);
-    auto lanes = stats(sw)["pool"]["lanes"];
+    auto lanes = stats_of(sw)["pool"]["lanes"];
     EXPECT_EQ(lanes["push"]["calls_total"], 0);
     EXPECT_EQ(lanes["pop"]["calls_total"], 0);
     EXPECT_EQ(lanes["ack"]["calls_total"], 0);
@@ -236,17 +216,17 @@ TEST_F(Lifecycle, TheDatabaseStopsAndComesBackAndTheSweeperReconnectsByItself) {
     queen_sweeper_set_log_callback(
         sw, [](void *u, int, const char *m) { static_cast<std::vector<std::string> *>(u)->push_back(m); }, &logs);
     ASSERT_EQ(queen_sweeper_start(sw), 0);
-    ASSERT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "up" && stats(sw)["cycles_total"] >= 2; }, 20000));
-    const int64_t connects = stats(sw)["pool"]["connects_total"];
+    ASSERT_TRUE(wait_for([&] { return stats_of(sw)["db_state"] == "up" && stats_of(sw)["cycles_total"] >= 2; }, 20000));
+    const int64_t connects = stats_of(sw)["pool"]["connects_total"];
     testdb::run(testdb::pg_script() + " halt " + dir);
-    EXPECT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "down"; }, 15000)) << stats(sw).dump();
-    const int64_t errors_while_down = stats(sw)["cycle_errors_total"];
+    EXPECT_TRUE(wait_for([&] { return stats_of(sw)["db_state"] == "down"; }, 15000)) << stats_of(sw).dump();
+    const int64_t errors_while_down = stats_of(sw)["cycle_errors_total"];
     EXPECT_GE(errors_while_down, 1);
     testdb::run(testdb::pg_script() + " resume " + dir);
-    EXPECT_TRUE(wait_for([&] { return stats(sw)["db_state"] == "up"; }, 20000)) << stats(sw).dump();
-    const int64_t cycles = stats(sw)["cycles_total"];
-    EXPECT_TRUE(wait_for([&] { return stats(sw)["cycles_total"].get<int64_t>() >= cycles + 3; }, 10000));
-    EXPECT_GT(stats(sw)["pool"]["connects_total"].get<int64_t>(), connects);
+    EXPECT_TRUE(wait_for([&] { return stats_of(sw)["db_state"] == "up"; }, 20000)) << stats_of(sw).dump();
+    const int64_t cycles = stats_of(sw)["cycles_total"];
+    EXPECT_TRUE(wait_for([&] { return stats_of(sw)["cycles_total"].get<int64_t>() >= cycles + 3; }, 10000));
+    EXPECT_GT(stats_of(sw)["pool"]["connects_total"].get<int64_t>(), connects);
     EXPECT_EQ(queen_sweeper_stop(sw, 5000), 0);
     expect_clean_teardown(sw);
     queen_sweeper_destroy(&sw);
