@@ -1,0 +1,114 @@
+"""The claim under real load (issue 20): a tenant's burst and a long transaction elsewhere.
+
+- A small tenant's timers are not held behind another tenant's backlog: the probe names the
+  tenants of the most recently due rows, and the next claims take a share of each through
+  the (tenant_id, visible_at) index. Before: the claim's share applied only inside the pool
+  of the oldest due rows, and tenant B's timers fired after the whole of A's backlog.
+- With a REPEATABLE READ snapshot held open elsewhere, the probe and the claim start from
+  the floor; a timer a slow transaction wrote (committed long after its now) lands behind
+  the floor and the walk from the index head finds it; a row written by hand with a
+  deliver_at in the past is put at now by the trigger. Every timer fires, exactly once.
+
+The assertions are on order and on counts, never on timing alone.
+"""
+import base64
+import json
+import threading
+import time
+
+from firekit import TENANT_A, TENANT_B, assert_clean_stop, connect, op_schedule, wait_for
+
+
+def test_a_small_tenant_is_not_held_behind_another_tenants_backlog(q, sweepers):
+    big = [op_schedule("big", f"a-{i:06d}", b"a" * 512, partition=f"p{i % 4}") for i in range(30000)]
+    q.schedule(big, tenant=TENANT_A)
+    q.q("VACUUM ANALYZE queen.log_timers")
+    seen = {}
+    lock = threading.Lock()
+
+    def fired(tenant, queue, partition, count, base_offset):
+        with lock:
+            seen[queue] = seen.get(queue, 0) + count
+            if queue == "small" and seen["small"] >= 20 and "a_at_b" not in seen:
+                seen["a_at_b"] = seen.get("big", 0)
+
+    # Batches of at most 500: the backlog takes many claims, so where B lands among them
+    # shows the rule rather than one lucky claim.
+    h = sweepers("tenants", fired=fired, sweeper_claim_batch=250, sweeper_claim_batch_max=500,
+                 sweeper_cycle_max_rows=1000)
+    h.start()
+    wait_for(lambda: seen.get("big", 0) >= 1000, timeout=60, what="the drain of A to begin")
+    q.schedule([op_schedule("small", f"b-{i:02d}", b"b", partition="p0") for i in range(20)], tenant=TENANT_B)
+    h.wake(int(time.time() * 1000))
+    wait_for(lambda: seen.get("small", 0) >= 20, timeout=120, what="tenant B's timers")
+    with lock:
+        a_at_b = seen["a_at_b"]
+    wait_for(lambda: q.timers_left() == 0, timeout=180, what="the backlog to drain")
+    st = h.stats()
+    print(f"\n[tenants] B's 20 fired after {a_at_b} of A's 30000; tenants named at the end "
+          f"{st['floor']['tenants_named']}")
+    # B went in among A's backlog, not after it: well before A's last 10,000.
+    assert a_at_b < 20000, a_at_b
+    assert len(q.delivered(queue="big")) == 30000 and len(q.delivered(queue="small")) == 20
+    assert st["fired_total"] == 30020
+    assert_clean_stop(h)
+
+
+def test_a_held_snapshot_slow_transaction_and_write_by_hand_all_fire_once(q, sweepers, connections, conninfo):
+    holder = connect(conninfo, autocommit=False)
+    try:
+        run_with_snapshot_held(q, sweepers, holder)
+    finally:
+        holder.rollback()  # before the fixture's TRUNCATE, which would wait for this snapshot's lock
+        holder.close()
+
+
+def run_with_snapshot_held(q, sweepers, holder):
+    with holder.cursor() as cur:
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("SELECT count(*) FROM queen.queues")  # the snapshot: the horizon is held from here
+    h = sweepers("snapshot")
+    h.start()
+    h.wait_ready(30)
+    # Steady work while the snapshot is held: what the fire deletes stays in the index.
+    for r in range(10):
+        q.schedule([op_schedule("steady", f"s-{r}-{i:03d}", b"s", partition=f"p{i % 2}") for i in range(300)])
+        h.wake(int(time.time() * 1000))
+        time.sleep(0.2)
+    wait_for(lambda: len(q.delivered(queue="steady")) == 3000, timeout=60, what="the steady timers")
+    # A slow transaction: writes a timer due now, then commits 7 s later (past the floor's 5 s slack).
+    slow = connect(q_broker_conninfo(q), autocommit=False)
+    with slow.cursor() as cur:
+        cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
+                    (json.dumps([op_schedule("slow", "late-commit", b"x", partition="p0")]), TENANT_A))
+    # Meanwhile a trickle keeps the sweeper probing and claiming, so its floor moves on
+    # (now - 5 s) past the slow transaction's now before that commits.
+    for i in range(70):
+        q.schedule([op_schedule("trickle", f"t-{i:03d}", b"t", partition="p1")])
+        h.wake(int(time.time() * 1000))
+        time.sleep(0.1)
+    slow.commit()
+    slow.close()
+    # A row by hand with a deliver_at an hour back, after the floor has long passed it.
+    q.q("INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn, message_id, payload)"
+        " VALUES (%s, 'byhand', 'k', 'p0', now() - interval '1 hour', 'byhand-txn', gen_random_uuid(), '\\x00')",
+        (TENANT_A,))
+    h.wake(int(time.time() * 1000))
+    wait_for(lambda: len(q.delivered(queue="byhand")) == 1, timeout=30, what="the row written by hand")
+    # The slow transaction's timer: behind the floor, found by the walk from the head (every
+    # 10 s or more), then fired.
+    wait_for(lambda: len(q.delivered(queue="slow")) == 1, timeout=60, what="the slow transaction's timer")
+    st = h.stats()
+    fl = st["floor"]
+    print(f"\n[snapshot] floor {fl}")
+    assert fl["lag_ms"] >= 0
+    assert fl["head_walks_total"] >= 1 and fl["behind_total"] >= 1, fl
+    assert fl["dead_tuples"] > 0, fl
+    wait_for(lambda: q.timers_left() == 0, timeout=30, what="the trickle")
+    st = h.stats()
+    assert st["fired_total"] == 3072
+    assert_clean_stop(h)
+
+
+def q_broker_conninfo(q):
+    return q.broker.dsn
