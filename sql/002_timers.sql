@@ -1124,9 +1124,11 @@ $fn$;
 --      "beyond": true when horizon_ms bounded the search for the next row and none was
 --                found within now + horizon_ms (nextInMs is then null, and the table may
 --                still hold rows further out: not the same as empty);
---      "tenants": when more are due than cap, the distinct tenants (at most 64) of the cap
---                 most recently due rows: whose due rows are not at the (visible_at)
---                 index's head, for the claim to take its share of them (log_timers_claim_v3).
+--      "tenants": when more are due than cap, the distinct tenants (at most 64) of the
+--                 least(cap, 512) most recently due rows, but the tenant of the earliest
+--                 due row (the oldest-first pool serves it): whose due rows are not at the
+--                 (visible_at) index's head, for the claim to take its share of them
+--                 (log_timers_claim_v3). A single tenant's backlog names none.
 -- The walks start at the floor. The search for the next row stops at now + horizon_ms
 -- (null: no bound): past now lie the entries of fired claims (a claim moves its rows to
 -- now + lease), and a walk through a whole lease of them costs what the floor saves.
@@ -1148,6 +1150,7 @@ DECLARE
     v_cap     int := greatest(coalesce(p_cap, 2000), 0);
     v_until   timestamptz;
     v_head    timestamptz;
+    v_head_tn uuid;
     v_due     bigint := 0;
     v_floor   timestamptz;
     v_tenants uuid[];
@@ -1165,7 +1168,7 @@ BEGIN
                     ELSE p_now + greatest(p_horizon_ms, 0) * interval '1 millisecond' END;
 
     IF v_all OR v_shards IS NOT NULL THEN
-        SELECT t.visible_at INTO v_head
+        SELECT t.visible_at, t.tenant_id INTO v_head, v_head_tn
           FROM queen.log_timers t
          WHERE t.visible_at >= v_from AND t.visible_at <= v_until
            AND (v_all OR t.shard = ANY (v_shards))
@@ -1188,7 +1191,8 @@ BEGIN
                              WHERE t.visible_at >= v_from AND t.visible_at <= p_now
                                AND (v_all OR t.shard = ANY (v_shards))
                              ORDER BY t.visible_at DESC
-                             LIMIT v_cap) r
+                             LIMIT least(v_cap, 512)) r
+                     WHERE r.tenant_id IS DISTINCT FROM v_head_tn
                      LIMIT 64) x;
         END IF;
     END IF;

@@ -212,12 +212,19 @@ def test_a_tenant_behind_another_tenants_backlog_gets_its_share_in_the_first_cla
     q.exec("UPDATE queen.log_timers SET claimed_until = NULL")  # back where they were (2030 is after now())
     d = due2(q, cap=2000)
     assert d["dueCapped"] is True and str(T2) in d["tenants"]
+    assert str(T1) not in d["tenants"]  # the head's tenant: the oldest-first pool serves it
     rows = claim3(q, max_rows=200, per_tenant=50, floor=floor_of(d), tenants=[uuid.UUID(t) for t in d["tenants"]])
     by = {}
     for r in rows:
         by.setdefault(r["tenant_id"], []).append(r["timer_key"])
     assert by[T2] == [f"b{i:06d}" for i in range(10)]
     assert len(by[T1]) == 190 and by[T1] == sorted(by[T1]) and by[T1][0] == "a000000"
+
+
+def test_a_single_tenants_backlog_names_no_tenant(q):
+    sched_many(q, 2500, tenant=T1, now=NOW - ms(1000))
+    d = due2(q, cap=2000)
+    assert d["dueCapped"] is True and d["tenants"] == []
 
 
 def test_a_named_tenant_without_due_rows_costs_nothing_and_changes_nothing(q):
