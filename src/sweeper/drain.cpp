@@ -489,6 +489,79 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
 // A fire answered: fired segments are gone from the table and announced, stale ones
 // (rows another broker took) are forgotten and what we still hold of them handed back,
 // busy ones (a partition someone holds) are kept to be tried again later.
+// What one fire's answer says, segment by segment: the counts for the stats, the segments
+// that came back busy (kept), the stale rows to hand back, the fired ones to announce.
+struct Drain::FireTally {
+    int64_t fired = 0, stale = 0, dup = 0, released = 0, lag_max = 0, stale_unheld = 0, fired_segs = 0;
+    std::vector<int64_t> lags;
+    std::vector<std::pair<size_t, int64_t>> fired_notes;  // (segment, base offset)
+    FireBatch busy;
+    std::vector<size_t> stale_rows;
+};
+
+Drain::FireTally Drain::tally_fire_answer(std::vector<ClaimedTimer> &rows, const FireBatch &batch,
+                                          const nlohmann::json &segs) {
+    FireTally t;
+    const int64_t now_mono = static_cast<int64_t>(ctx_.now());
+    for (size_t s = 0; s < batch.segments.size(); ++s) {
+        const PackedSegment &seg = batch.segments[s];
+        const std::string status = s < segs.size() ? segs[s].value("status", "") : "";
+        if (status == "busy" || status.empty()) {  // still claimed and held: kept, not forgotten
+            t.busy.segments.push_back(seg);
+            t.busy.bytes += seg.bytes;
+            continue;
+        }
+        const auto &sj = segs[s];
+        if (status == "fired") {
+            t.fired += seg.count;
+            ++t.fired_segs;
+            for (size_t idx : seg.rows) {
+                const int64_t lag = std::max<int64_t>(rows[idx].late_ms + now_mono, 0);
+                t.lags.push_back(lag);
+                t.lag_max = std::max(t.lag_max, lag);
+            }
+            t.fired_notes.emplace_back(s, sj.value("baseOffset", int64_t(-1)));
+        } else if (status == "stale") {
+            ++t.stale;
+            const int64_t held = sj.value("held", int64_t(0));
+            t.released += held;
+            t.stale_unheld += static_cast<int64_t>(seg.count) - held;
+            t.stale_rows.insert(t.stale_rows.end(), seg.rows.begin(), seg.rows.end());
+        } else if (status == "duplicate") {
+            t.dup += sj.value("duplicates", int64_t(0));
+            t.released += sj.value("released", int64_t(0));
+        }
+        for (size_t idx : seg.rows) held_.forget(rows[idx]);
+    }
+    return t;
+}
+
+// The figures of one fire, then its announcements: after the commit, never before (a host
+// can wake its parked consumers now).
+void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t) {
+    {
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        auto &f = ctx_.stats.f;
+        f.fired_total += t.fired;
+        f.fired_segments_total += t.fired_segs;
+        f.stale_total += t.stale;
+        f.duplicate_total += t.dup;
+        f.released_total += t.released;
+        ++f.fire_txns_total;
+        f.fire_bytes_total += static_cast<int64_t>(batch.bytes - t.busy.bytes);
+        f.fire_busy_total += static_cast<int64_t>(t.busy.segments.size());
+        for (auto l : t.lags) f.fire_lag.add(l);
+        f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, t.lag_max);
+    }
+    recovery_.note_fired(t.fired);
+    for (auto &[s, base] : t.fired_notes) {
+        const PackedSegment &seg = batch.segments[s];
+        ctx_.announce(seg.tenant, seg.queue, seg.partition, seg.count, base);
+        recovery_.remember_fired(rows, seg, base);
+    }
+    ctx_.publish_pool();  // a long drain still shows its pool figures as it goes
+}
+
 Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
                                  const CallPlan &plan) {
     nlohmann::json j;
@@ -509,81 +582,25 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
         fire_refused_error_ = bad;
         co_return;
     }
-    const auto &segs = j["segments"];
-    const int64_t now_mono = static_cast<int64_t>(ctx_.now());
-    int64_t fired = 0, stale = 0, dup = 0, released = 0, lag_max = 0, stale_unheld = 0, fired_segs = 0;
-    std::vector<int64_t> lags;
-    std::vector<std::pair<size_t, int64_t>> fired_notes;  // (segment, base offset)
-    FireBatch busy;
-    std::vector<size_t> stale_rows;
-    for (size_t s = 0; s < batch.segments.size(); ++s) {
-        const PackedSegment &seg = batch.segments[s];
-        const std::string status = s < segs.size() ? segs[s].value("status", "") : "";
-        if (status == "busy" || status.empty()) {  // still claimed and held: kept, not forgotten
-            busy.segments.push_back(seg);
-            busy.bytes += seg.bytes;
-            continue;
-        }
-        const auto &sj = segs[s];
-        if (status == "fired") {
-            fired += seg.count;
-            ++fired_segs;
-            for (size_t idx : seg.rows) {
-                const int64_t lag = std::max<int64_t>(rows[idx].late_ms + now_mono, 0);
-                lags.push_back(lag);
-                lag_max = std::max(lag_max, lag);
-            }
-            fired_notes.emplace_back(s, sj.value("baseOffset", int64_t(-1)));
-        } else if (status == "stale") {
-            ++stale;
-            const int64_t held = sj.value("held", int64_t(0));
-            released += held;
-            stale_unheld += static_cast<int64_t>(seg.count) - held;
-            stale_rows.insert(stale_rows.end(), seg.rows.begin(), seg.rows.end());
-        } else if (status == "duplicate") {
-            dup += sj.value("duplicates", int64_t(0));
-            released += sj.value("released", int64_t(0));
-        }
-        for (size_t idx : seg.rows) held_.forget(rows[idx]);
-    }
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &f = ctx_.stats.f;
-        f.fired_total += fired;
-        f.fired_segments_total += fired_segs;
-        f.stale_total += stale;
-        f.duplicate_total += dup;
-        f.released_total += released;
-        ++f.fire_txns_total;
-        f.fire_bytes_total += static_cast<int64_t>(batch.bytes - busy.bytes);
-        f.fire_busy_total += static_cast<int64_t>(busy.segments.size());
-        for (auto l : lags) f.fire_lag.add(l);
-        f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, lag_max);
-    }
-    recovery_.note_fired(fired);
-    // After the commit, never before: a host can wake its parked consumers now.
-    for (auto &[s, base] : fired_notes) {
-        const PackedSegment &seg = batch.segments[s];
-        ctx_.announce(seg.tenant, seg.queue, seg.partition, seg.count, base);
-        recovery_.remember_fired(rows, seg, base);
-    }
-    ctx_.publish_pool();  // a long drain still shows its pool figures as it goes
+    FireTally t = tally_fire_answer(rows, batch, j["segments"]);
+    publish_fire(rows, batch, t);
     // A row the fire could not lock is not necessarily lost to us: another broker's claim
     // may have held it for an instant (SKIP LOCKED) while our token is still on it. Hand
     // such rows back now, token-matched, instead of leaving them to the lease.
-    if (stale_unheld > 0 && !ctx_.hard_stop.load()) co_await hand_back(rows, stale_rows, stale_unheld, "stale rows");
-    if (busy.segments.empty()) co_return;
+    if (t.stale_unheld > 0 && !ctx_.hard_stop.load())
+        co_await hand_back(rows, t.stale_rows, t.stale_unheld, "stale rows");
+    if (t.busy.segments.empty()) co_return;
     if (plan.tries == 0 && !ctx_.stopping.load()) {
         // Try 0: at once, waiting a little for the partition (busy_retry(0)).
-        const BusyRetry r = busy_retry(0);
+        const BusyRetry br = busy_retry(0);
         CallPlan again = plan;
-        again.wait = r.wait;
-        again.lock_wait_ms = r.lock_wait_ms;
+        again.wait = br.wait;
+        again.lock_wait_ms = br.lock_wait_ms;
         again.tries = 1;
-        co_await fire_batch(rows, busy, again);
+        co_await fire_batch(rows, t.busy, again);
         co_return;
     }
-    keep(rows, std::move(busy), plan, std::max<int64_t>(plan.tries, 1));
+    keep(rows, std::move(t.busy), plan, std::max<int64_t>(plan.tries, 1));
 }
 
 Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/task.hpp"
 #include "codec/packer.hpp"
 #include "pg/pg_conn.hpp"
@@ -103,6 +105,9 @@ private:
     Task<FireEnd> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
     Task<void> on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
                               const CallPlan &plan);
+    struct FireTally;
+    FireTally tally_fire_answer(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const nlohmann::json &segs);
+    void publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t);
     Task<FireEnd> on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
                                   const CallPlan &plan);
     Task<void> isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
