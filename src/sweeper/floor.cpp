@@ -108,14 +108,21 @@ Task<void> DueFloor::head_walk() {
     int64_t dead = -1;
     bool ok = r.ok && r.rows() == 1;
     if (ok) {
-        try {
-            if (!r.is_null(0, static_cast<int>(C::behind_ms))) behind = std::stoll(r.get(0, static_cast<int>(C::behind_ms)));
-            if (!r.is_null(0, static_cast<int>(C::dead_tuples))) dead = std::stoll(r.get(0, static_cast<int>(C::dead_tuples)));
-        } catch (const std::exception &e) {
-            ok = false;
+        // Parsed without throwing: an answer that does not read fails this walk, never the loop.
+        int64_t v = 0;
+        const int bc = static_cast<int>(C::behind_ms), dc = static_cast<int>(C::dead_tuples);
+        if (!r.is_null(0, bc)) {
+            if (parse_i64(r.get(0, bc), v)) behind = v;
+            else ok = false;
+        }
+        if (ok && !r.is_null(0, dc)) {
+            if (parse_i64(r.get(0, dc), v)) dead = v;
+            else ok = false;
+        }
+        if (!ok) {
             r.ok = false;
             r.origin = Origin::internal;
-            r.message = std::string("the walk from the head answered unreadably: ") + e.what();
+            r.message = "the walk from the head answered unreadably";
         }
     }
     if (!ok) {
