@@ -157,11 +157,16 @@ $apply$;
 -- No SET search_path: a SET clause stops the planner from inlining a SQL function, and this
 -- one runs per row (claim, list, usage). Its body names every function and operator with
 -- its schema instead, so an inlined copy means the same under any caller's search_path.
+-- The body is immutable as declared (extract from the interval since the epoch, not from
+-- the timestamptz, whose extract is only stable): an IMMUTABLE SQL function whose body is
+-- less than that is never inlined, and costs a function call per row (~2 us; more under
+-- pg_stat_statements.track = all, which counts every call as a statement).
 CREATE OR REPLACE FUNCTION queen.epoch_ms_v1(p_ts timestamptz)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT
 AS $fn$
-    SELECT pg_catalog.floor(pg_catalog.extract('epoch', p_ts) OPERATOR(pg_catalog.*) 1000)::bigint
+    SELECT pg_catalog.floor(pg_catalog.extract('epoch', p_ts OPERATOR(pg_catalog.-) '1970-01-01 00:00:00+00'::pg_catalog.timestamptz)
+                            OPERATOR(pg_catalog.*) 1000)::bigint
 $fn$;
 
 -- queen.all_shards_v1() -> int2[]: 0..63 in order, for callers that pass null shards.
@@ -1259,11 +1264,15 @@ $fn$;
 -- a tenant's rows sit in the (visible_at) index:
 -- * the floor: a plain read finds the earliest live row at or after the given floor (h),
 --   and the walks start at least(h, clock - slack), past the dead entries behind it;
--- * the pool: the oldest due rows, as log_timers_claim_v2 takes them (2 * max_rows,
---   FOR UPDATE SKIP LOCKED), and, for each tenant named in tenants (at most 64; the
---   probe's "tenants"), its own oldest due rows in nobody's hands, up to per_tenant, by the
---   (tenant_id, visible_at) index (log_timers_tenant_due_idx), FOR UPDATE SKIP LOCKED;
--- * the choice over the pool as in log_timers_claim_v2: per_tenant rows per tenant, round
+-- * the pool: the oldest due rows (max_rows of them, FOR UPDATE SKIP LOCKED; not the
+--   2 * max_rows of log_timers_claim_v2: a tenant behind a backlog is reached by its name,
+--   not by a wider pool, and every row locked and not claimed is a lock taken for nothing
+--   and skipped by the other brokers), and, for each tenant named in tenants (at most 64;
+--   the probe's "tenants"), its own oldest due rows in nobody's hands, up to per_tenant, by
+--   the (tenant_id, visible_at) index (log_timers_tenant_due_idx), FOR UPDATE SKIP LOCKED;
+-- * the choice: when the whole pool fits (max_rows and the byte budget), all of it, with
+--   no choice to compute (the common case: one sort fewer, no window); otherwise as in
+--   log_timers_claim_v2: per_tenant rows per tenant, round
 --   by round, oldest first within each round; within a tenant always oldest first (by
 --   visible_at, then deliver_at: timers written at once with a deliverAt in the past share
 --   the visible_at of their write, and go by their deliverAt). So a
@@ -1288,7 +1297,6 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_per      int;
-    v_pool_cap int;
     v_all      boolean;
     v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
     v_skip     boolean := coalesce(cardinality(p_skip_partitions), 0) > 0;
@@ -1325,9 +1333,6 @@ BEGIN
              OR (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s WHERE s BETWEEN 0 AND 63) = 64;
     SELECT array_agg(DISTINCT u) INTO v_tenants
       FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
-    -- In bigint: 2 * max_rows overflows int past 2^30.
-    v_pool_cap := least(CASE WHEN v_per >= p_max_rows AND v_tenants IS NULL THEN p_max_rows::bigint
-                             ELSE 2::bigint * p_max_rows END, 2147483647)::int;
 
     IF v_all THEN
         -- The read below takes a snapshot of its own (a VOLATILE function), after now (the
@@ -1358,7 +1363,7 @@ BEGIN
                    SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
                     WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
          ORDER BY t.visible_at
-         LIMIT v_pool_cap
+         LIMIT p_max_rows
            FOR UPDATE SKIP LOCKED
     ), shares AS MATERIALIZED (
         SELECT s.*
@@ -1377,21 +1382,31 @@ BEGIN
                  ORDER BY t.visible_at
                  LIMIT v_per
                    FOR UPDATE SKIP LOCKED) s
-    ), pool AS (
-        SELECT DISTINCT ON (a.tid) a.tid, a.ct, a.cq, a.ck, a.cv, a.cd, a.cb
-          FROM (SELECT * FROM oldest UNION ALL SELECT * FROM shares) a
-         ORDER BY a.tid
+    ), pool AS MATERIALIZED (
+        -- A row can be in both: the oldest pool and its tenant's share.
+        SELECT o.* FROM oldest o
+        UNION ALL
+        SELECT s.* FROM shares s WHERE NOT EXISTS (SELECT 1 FROM oldest o WHERE o.tid = s.tid)
+    ), whole AS (
+        -- The claim takes the whole pool: nothing to choose.
+        SELECT count(*) <= p_max_rows AND (v_bytes IS NULL OR coalesce(sum(p.cb), 0) <= v_bytes) AS ok
+          FROM pool p
     ), ranked AS (
         SELECT p.tid, p.ct, p.cq, p.ck, p.cv, p.cd, p.cb,
                row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cd, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
           FROM pool p
+         WHERE NOT (SELECT w.ok FROM whole w)
     ), ordered AS (
         SELECT r.tid, r.ct, r.cq, r.ck, r.cv, r.cd,
                row_number() OVER w AS pos,
                sum(r.cb) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
           FROM ranked r
         WINDOW w AS (ORDER BY (r.rn - 1) / v_per, r.cv, r.cd, r.ct, r.cq COLLATE "C", r.ck COLLATE "C")
-    ), chosen AS (
+    ), chosen AS MATERIALIZED (
+        SELECT p.tid, p.ct, p.cq, p.ck, p.cv, p.cd
+          FROM pool p
+         WHERE (SELECT w.ok FROM whole w)
+        UNION ALL
         SELECT o.tid, o.ct, o.cq, o.ck, o.cv, o.cd
           FROM ordered o
          WHERE o.pos <= p_max_rows AND (o.pos = 1 OR v_bytes IS NULL OR o.cum <= v_bytes)

@@ -248,3 +248,60 @@ def test_the_claim_v3_refuses_what_v2_refuses(q):
             q.conn.rollback() if not q.conn.autocommit else None
     # 64 tenants at most are looked at; duplicates and nulls are ignored
     assert claim3(q, tenants=[uuid.uuid4() for _ in range(500)] + [None]) == []
+
+
+def claim3_bytes(q, max_rows, per_tenant, max_bytes, tenants=None):
+    return q.all("SELECT * FROM queen.log_timers_claim_v3(NULL, %s, 30000, %s, %s, %s, NULL, NULL, NULL, NULL, NULL,"
+                 " %s::uuid[])", (NOW, max_rows, per_tenant, max_bytes,
+                                  None if tenants is None else [str(t) for t in tenants]))
+
+
+def test_the_claim_v3_locks_only_the_rows_it_takes(q, connections):
+    """The oldest pool is max_rows, not 2 * max_rows: while one claim of 10 is open, another
+    connection's claim takes the next 10 (the rows a wider pool would hold for nothing)."""
+    sched_many(q, 30, now=NOW - ms(1000))
+    other = connections()
+    other.autocommit = False
+    with other.cursor() as cur:
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v3(NULL, %s, 30000, 10, 3, NULL, NULL, NULL, NULL,"
+                    " NULL, NULL, NULL)", (NOW,))
+        first = [r[0] for r in cur.fetchall()]
+        assert first == [f"k{i:06d}" for i in range(10)]
+        second = [r["timer_key"] for r in claim3(q, max_rows=10, per_tenant=3)]
+        assert second == [f"k{i:06d}" for i in range(10, 20)]
+    other.rollback()
+
+
+def test_a_pool_that_fits_is_taken_whole_oldest_first_and_one_over_the_budget_is_shared(q):
+    """When the pool fits in max_rows and the byte budget, the claim takes all of it, oldest
+    first; when the byte budget cuts it, the choice is per tenant, round by round, so a
+    tenant with big payloads at the head does not fill the budget alone."""
+    big = base64.b64encode(b"x" * 1000).decode()
+    ops = [{"op": "schedule", "queue": "q", "timerKey": f"a{i:03d}", "delayMs": 0, "txn": f"ta{i}",
+            "payload": big} for i in range(20)]
+    q.apply(ops, tenant=T1, now=NOW - ms(2000))
+    sched_many(q, 4, tenant=T2, now=NOW - ms(1000), prefix="b")
+    whole = claim3_bytes(q, max_rows=100, per_tenant=2, max_bytes=None)
+    assert [r["timer_key"] for r in whole] == [f"a{i:03d}" for i in range(20)] + [f"b{i:06d}" for i in range(4)]
+    q.release(whole)
+    q.exec("UPDATE queen.log_timers SET claimed_until = NULL")
+    # 3,000 bytes: tenant 1's first two (2,000), tenant 2's first two (small), then one more
+    # of tenant 1's round two: no more fit.
+    cut = claim3_bytes(q, max_rows=100, per_tenant=2, max_bytes=3100)
+    keys = [r["timer_key"] for r in cut]
+    assert keys[:2] == ["a000", "a001"] and "b000000" in keys and "b000001" in keys, keys
+    assert sum(1 for k in keys if k.startswith("a")) == 3, keys
+    assert [k for k in keys if k.startswith("a")] == ["a000", "a001", "a002"]
+
+
+def test_epoch_ms_is_inlined_and_exact(q):
+    """epoch_ms_v1 runs per claimed row: its body is immutable, so the planner inlines it (no
+    function call per row), and it rounds down to the millisecond at both ends of the range."""
+    with q.conn.cursor() as cur:
+        cur.execute("EXPLAIN VERBOSE SELECT queen.epoch_ms_v1(now())")
+        plan = "\n".join(r[0] for r in cur.fetchall())
+        assert "epoch_ms_v1" not in plan, plan
+        cur.execute("SELECT queen.epoch_ms_v1(x::timestamptz) FROM unnest(%s::text[]) x",
+                    (["1970-01-01 00:00:00+00", "1969-12-31 23:59:59.9995+00", "2026-12-01 12:00:00.1234+05",
+                      "9999-12-31 23:59:59.999999+00", "0001-01-01 00:00:00+00"],))
+        assert [r[0] for r in cur.fetchall()] == [0, -1, 1796108400123, 253402300799999, -62135596800000]
