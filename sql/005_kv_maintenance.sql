@@ -134,10 +134,13 @@ $fn$;
 -- rows, bytes (pg_column_size(payload) + pg_column_size(timer_key)) and oldest deliver_at.
 -- Above 1M rows in a table (pg_class.reltuples; -1, never analysed, counts as small; the
 -- session setting queen.kv_usage_sample_above overrides the threshold) it samples that
--- table and marks the result sampled: queen.kv by TABLESAMPLE SYSTEM, the share of pages
--- that holds ~200k rows, scaled up by the inverse share (a fresh choice of pages on every
--- pass); queen.log_timers by the first 8 distinct shards of the array (null = 0..63; the
--- caller's rotation moves the sample), scaled by 64 / 8.
+-- table and marks the result sampled: each by TABLESAMPLE SYSTEM, the share of pages that
+-- holds ~200k rows, scaled up by the inverse share (a fresh choice of pages on every pass).
+-- shards is kept for the signature and no longer used: until schema version 7
+-- queen.log_timers was sampled by 8 of its 64 shards, a filter that still read every page
+-- (no index leads with shard), so 10 million timers due next week made every pass a scan
+-- of the table and, at the sweeper's first cycle, halved the drain of the due ones
+-- (tests/bench/load --phases future, 2026-12-01: 23,019/s without them, 11,479/s with).
 -- Measured 2026-11-30 (tests/soak/README.md, `tests/soak/measure rollup`; 2 cores shared
 -- with six other engineers' builds and tests, load 19-22). Symptom: a full pass reads every
 -- page of queen.kv, since rows that never expire are in no index but the key, so its cost
@@ -169,31 +172,20 @@ DECLARE
                        nullif(current_setting('queen.kv_usage_sample_above', true), '')::double precision,
                        c_sample_above);
     v_max_tenants  int := greatest(coalesce(p_max_tenants, 1000), 1);
-    v_sample       int2[];
     v_kv_rows      double precision;
     v_kv_pct       double precision := 100;
     v_kv_scale     numeric := 1;
     v_kv_sampled   boolean;
+    v_t_rows       double precision;
+    v_t_pct        double precision := 100;
     v_t_sampled    boolean;
-    v_scale        numeric;
+    v_scale        numeric := 1;
     v_result       jsonb;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'kv_usage_step_v1: now must not be null' USING ERRCODE = '22023';
     END IF;
     PERFORM queen.check_now_v1('kv_usage_step_v1', p_now);
-    SELECT array_agg(d.s ORDER BY d.ord) INTO v_sample
-      FROM (SELECT x.s, x.ord
-              FROM (SELECT DISTINCT ON (u.s) u.s, u.ord
-                      FROM unnest(coalesce(p_shards, queen.all_shards_v1())) WITH ORDINALITY AS u(s, ord)
-                     WHERE u.s BETWEEN 0 AND 63
-                     ORDER BY u.s, u.ord) x
-             ORDER BY x.ord
-             LIMIT 8) d;
-    IF v_sample IS NULL THEN
-        v_sample := (queen.all_shards_v1())[1:8];
-    END IF;
-    v_scale := 64.0 / cardinality(v_sample);
 
     SELECT greatest(coalesce(c.reltuples, 0), 0) INTO v_kv_rows
       FROM pg_class c WHERE c.oid = 'queen.kv'::regclass;
@@ -204,8 +196,13 @@ BEGIN
         v_kv_pct := least(100, greatest(0.01, 100 * c_sample_rows / v_kv_rows));
         v_kv_scale := (100 / v_kv_pct)::numeric;
     END IF;
-    SELECT coalesce(c.reltuples, 0) > v_above INTO v_t_sampled
+    SELECT greatest(coalesce(c.reltuples, 0), 0) INTO v_t_rows
       FROM pg_class c WHERE c.oid = 'queen.log_timers'::regclass;
+    v_t_sampled := v_t_rows > v_above;
+    IF v_t_sampled THEN
+        v_t_pct := least(100, greatest(0.01, 100 * c_sample_rows / v_t_rows));
+        v_scale := (100 / v_t_pct)::numeric;
+    END IF;
 
     WITH kvu AS (
         -- Exactly one branch runs: the other's constant-false filter skips its scan.
@@ -221,11 +218,19 @@ BEGIN
          WHERE v_kv_sampled AND queen.kv_live_v1(k.expires_at, p_now)
          GROUP BY k.tenant_id
     ), tu AS (
+        -- As kvu: exactly one branch reads the table.
         SELECT t.tenant_id, count(*) AS n,
                sum(pg_column_size(t.payload) + pg_column_size(t.timer_key)) AS b,
                min(t.deliver_at) AS oldest
           FROM queen.log_timers t
-         WHERE (NOT v_t_sampled OR t.shard = ANY (v_sample))
+         WHERE NOT v_t_sampled
+         GROUP BY t.tenant_id
+        UNION ALL
+        SELECT t.tenant_id, count(*) AS n,
+               sum(pg_column_size(t.payload) + pg_column_size(t.timer_key)) AS b,
+               min(t.deliver_at) AS oldest
+          FROM queen.log_timers t TABLESAMPLE SYSTEM (v_t_pct)
+         WHERE v_t_sampled
          GROUP BY t.tenant_id
     ), tenants AS (
         SELECT kvu.tenant_id FROM kvu

@@ -114,8 +114,13 @@ def connect(conninfo: str, autocommit: bool = True):
 
 
 def apply_schema(conn) -> None:
-    """What the plugin applies: sql/NNN_*.sql concatenated, one multi-statement execute."""
-    files = sorted(glob.glob(os.path.join(ROOT, "sql", "[0-9][0-9][0-9]_*.sql")))
+    """What the plugin applies: sql/NNN_*.sql concatenated, one multi-statement execute.
+    $QUEEN_BENCH_SQL_DIR measures another build's schema (the "before" of a change, with
+    QUEEN_SWEEPER_LIBRARY at that build's library)."""
+    sql_dir = os.environ.get("QUEEN_BENCH_SQL_DIR") or os.path.join(ROOT, "sql")
+    files = sorted(glob.glob(os.path.join(sql_dir, "[0-9][0-9][0-9]_*.sql")))
+    if not files:
+        sys.exit(f"no sql/NNN_*.sql in {sql_dir}")
     text = "\n".join(open(f, encoding="utf-8").read() for f in files)
     with conn.cursor() as cur:
         cur.execute(text)

@@ -329,3 +329,33 @@ def test_usage_samples_a_large_table(q):
     rows = r["tenants"][0]["kvRows"]
     assert abs(rows - 210000) < 21000   # a TABLESAMPLE SYSTEM share of the pages, scaled up
     assert q.one("SELECT sampled FROM queen.kv_usage") is True
+
+
+def test_usage_samples_a_large_timer_table_by_pages(q):
+    """Above the threshold the timers are sampled by pages (TABLESAMPLE SYSTEM), as queen.kv
+    is: until schema version 7 the sample was 8 of the 64 shards, a filter that still read
+    every page of queen.log_timers (no index leads with shard)."""
+    q.exec("""INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn,
+                                            message_id, payload)
+              SELECT %s::uuid, 'q', 'w' || g, 'p', now() + interval '7 days', 'w' || g,
+                     gen_random_uuid(), '\\x00'::bytea FROM generate_series(1, 210000) g""", (str(T1),))
+    q.exec("ANALYZE queen.log_timers")
+    q.exec("SELECT set_config('queen.kv_usage_sample_above', '200000', false)")
+    try:
+        r = q.usage_step(shards=list(range(64)))
+        assert r["sampled"] is True
+        rows = {t["tenant"]: t for t in r["tenants"]}[str(T1)]["timerRows"]
+        assert abs(rows - 210000) < 31500, rows   # ~200k of 210k rows' pages, scaled up
+        # The sampled pass reads the pages it picks, not the table.
+        q.exec("LOAD 'auto_explain'")
+        q.exec("SET auto_explain.log_min_duration = 0")
+        q.exec("SET auto_explain.log_nested_statements = on")
+        q.exec("SET auto_explain.log_level = notice")
+        q.conn.notices.clear()
+        q.usage_step(shards=None, now=NOW + ms(1))
+        plans = "\n".join(q.conn.notices)
+        assert "Sample Scan on log_timers" in plans, plans[-3000:]
+        assert "Seq Scan on log_timers" not in plans, plans[-3000:]
+    finally:
+        q.exec("SELECT set_config('queen.kv_usage_sample_above', '', false)")
+        q.exec("RESET auto_explain.log_min_duration")
