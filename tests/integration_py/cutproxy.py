@@ -20,8 +20,13 @@ COMMIT_COMPLETE = b"C\x00\x00\x00\x0bCOMMIT\x00"
 
 
 class CutProxy:
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, refuse_after_cut: bool = False):
+        """refuse_after_cut: once the cut is made, the proxy stops listening, so every new
+        connection is refused, as a dead server's would be (the failover test: the sweeper
+        must go to the next host; libpq moves on from a refused connection, not from one
+        closed during its startup)."""
         self.target = (host, port)
+        self.refuse_after_cut = refuse_after_cut
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
@@ -77,6 +82,8 @@ class CutProxy:
                         if COMMIT_COMPLETE in held:
                             with self.lock:
                                 self.cut_at = time.time()
+                            if self.refuse_after_cut:
+                                self._stop_listening()
                             return  # committed on the server; the client never hears of it
                     else:
                         client.sendall(data)
@@ -90,8 +97,7 @@ class CutProxy:
                     pass
                 s.close()
 
-    def close(self):
-        self.closing = True
+    def _stop_listening(self):
         try:
             self.listener.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -100,5 +106,9 @@ class CutProxy:
             self.listener.close()
         except OSError:
             pass
+
+    def close(self):
+        self.closing = True
+        self._stop_listening()
         for t in self.threads:  # each pump looks at `closing` every 0.2 s
             t.join(2)
