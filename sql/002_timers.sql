@@ -1269,7 +1269,13 @@ $fn$;
 --   not by a wider pool, and every row locked and not claimed is a lock taken for nothing
 --   and skipped by the other brokers), and, for each tenant named in tenants (at most 64;
 --   the probe's "tenants"), its own oldest due rows in nobody's hands, up to per_tenant, by
---   the (tenant_id, visible_at) index (log_timers_tenant_due_idx), FOR UPDATE SKIP LOCKED;
+--   the (tenant_id, visible_at) index (log_timers_tenant_due_idx), FOR UPDATE SKIP LOCKED.
+--   The share is written as one range of that index, (tenant, floor) <= (tenant_id,
+--   visible_at) <= (tenant, now) in row comparisons, ordered by (tenant_id, visible_at),
+--   not as tenant_id = tenant: with the equality the order is visible_at's alone, and the
+--   planner may walk the (visible_at) index filtering on the tenant, which goes through the
+--   whole of another tenant's backlog first (measured 2026-12-01: 333 ms behind 1M rows,
+--   3.8 s behind 10M, tests/bench/load --phases tenants);
 -- * the choice: when the whole pool fits (max_rows and the byte budget), all of it, with
 --   no choice to compute (the common case: one sort fewer, no window); otherwise as in
 --   log_timers_claim_v2: per_tenant rows per tenant, round
@@ -1372,14 +1378,15 @@ BEGIN
                 SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck,
                        t.visible_at AS cv, t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
                   FROM queen.log_timers t
-                 WHERE t.tenant_id = u.tn AND t.claim_token IS NULL
-                   AND t.visible_at <= p_now
-                   AND t.visible_at >= coalesce(v_floor, '-infinity')
+                 -- One range of log_timers_tenant_due_idx (see the header: not tenant_id = tn).
+                 WHERE (t.tenant_id, t.visible_at) >= (u.tn, coalesce(v_floor, '-infinity'))
+                   AND (t.tenant_id, t.visible_at) <= (u.tn, p_now)
+                   AND t.claim_token IS NULL
                    AND (v_all OR t.shard = ANY (p_shards))
                    AND (NOT v_skip OR NOT EXISTS (
                            SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
                             WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
-                 ORDER BY t.visible_at
+                 ORDER BY t.tenant_id, t.visible_at
                  LIMIT v_per
                    FOR UPDATE SKIP LOCKED) s
     ), pool AS MATERIALIZED (
