@@ -72,6 +72,27 @@ def apply_schema(conn, files=None):
         cur.execute(schema_text(files))
 
 
+def nested_plans(conn, sql, args=None, like=None):
+    """Run sql with auto_explain logging every nested statement's plan (EXPLAIN ANALYZE) as a
+    notice: (the rows, the plans). like: keep only the plans whose text holds it."""
+    with conn.cursor() as cur:
+        cur.execute("LOAD 'auto_explain'")
+        cur.execute("SET auto_explain.log_min_duration = 0")
+        cur.execute("SET auto_explain.log_nested_statements = on")
+        cur.execute("SET auto_explain.log_analyze = on")
+        cur.execute("SET auto_explain.log_level = notice")
+        cur.execute("SET client_min_messages = notice")
+        conn.notices.clear()
+        try:
+            cur.execute(sql, args)
+            out = cur.fetchall()
+        finally:
+            notices = list(conn.notices)
+            cur.execute("SET auto_explain.log_min_duration = -1")
+    plans = [n for n in notices if "Query Text" in n]
+    return out, [n for n in plans if like is None or like in n]
+
+
 def txn_hash(txn):
     """A 16-byte stand-in for the xxh3-128 of a transaction id (the SQL never computes it)."""
     return hashlib.md5(txn.encode()).digest()

@@ -4,7 +4,7 @@ claim (SKIP LOCKED, never waits, tokens, lease, fairness across tenants, switche
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, T2, epoch_ms, ms
+from sqlkit import NOW, T1, T2, epoch_ms, ms, nested_plans
 
 
 def schedule_many(q, keys, delay_ms=0, tenant=T1, queue="q", now=NOW):
@@ -73,27 +73,11 @@ def test_probe_switches(q):
     assert q.due()["fireEnabled"] is True
 
 
-def _nested_plans(db, sql, args):
-    with db.cursor() as cur:
-        cur.execute("LOAD 'auto_explain'")
-        cur.execute("SET auto_explain.log_min_duration = 0")
-        cur.execute("SET auto_explain.log_nested_statements = on")
-        cur.execute("SET auto_explain.log_analyze = on")
-        cur.execute("SET auto_explain.log_level = notice")
-        cur.execute("SET client_min_messages = notice")
-        db.notices.clear()
-        cur.execute(sql, args)
-        out = cur.fetchall()
-        notices = list(db.notices)
-        cur.execute("SET auto_explain.log_min_duration = -1")
-    return out, [n for n in notices if "log_timers" in n and "Query Text" in n]
-
-
 def test_probe_is_one_index_walk_not_a_scan(q, db):
     schedule_many(q, ["k%05d" % i for i in range(6000)], delay_ms=60000)
     schedule_many(q, ["due%03d" % i for i in range(20)], delay_ms=0)
     q.exec("ANALYZE queen.log_timers")
-    out, plans = _nested_plans(db, "SELECT queen.log_timers_due_v1(%s::int2[], %s, 2000)", (None, NOW))
+    out, plans = nested_plans(db, "SELECT queen.log_timers_due_v1(%s::int2[], %s, 2000)", (None, NOW), like="log_timers")
     d = out[0][0]
     assert d["due"] == 20 and d["nextInMs"] == 0
     walks = [p for p in plans if "FROM queen.log_timers t" in p]
@@ -113,8 +97,8 @@ def test_claim_is_one_ordered_index_walk(q, db):
     schedule_many(q, ["k%05d" % i for i in range(3000)], delay_ms=60000)
     schedule_many(q, ["due%03d" % i for i in range(30)], delay_ms=0)
     q.exec("ANALYZE queen.log_timers")
-    out, plans = _nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 10, 50)",
-                               (None, NOW))
+    out, plans = nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 10, 50)",
+                              (None, NOW), like="log_timers")
     assert len(out) == 10
     walk = [p for p in plans if "WITH pool" in p]
     assert len(walk) == 1, plans
@@ -126,8 +110,8 @@ def test_claim_is_one_ordered_index_walk(q, db):
     # >= max_rows 10, so fairness cannot change the choice), 2 * max_rows with it on.
     lock = plan[plan.index("LockRows"):]
     assert "rows=10 loops=1" in lock.splitlines()[0], plan
-    out, plans = _nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 8, 2)",
-                               (None, NOW))
+    out, plans = nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 8, 2)",
+                              (None, NOW), like="log_timers")
     assert len(out) == 8
     plan = [p for p in plans if "WITH pool" in p][0]
     lock = plan[plan.index("LockRows"):]

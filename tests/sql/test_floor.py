@@ -16,7 +16,7 @@ import uuid
 
 import psycopg2
 
-from sqlkit import NOW, T1, T2, ms
+from sqlkit import NOW, T1, T2, ms, nested_plans
 
 SLACK = ms(5000)
 
@@ -320,21 +320,13 @@ def test_a_named_tenants_share_is_one_range_of_its_own_index_whatever_the_backlo
               SELECT %s::uuid, 'q', 'b' || g, 'p', now(), 'b' || g, gen_random_uuid(), '\\x00'::bytea
                 FROM generate_series(1, 10) g""", (str(T2),))
     q.exec("VACUUM ANALYZE queen.log_timers")
-    with q.conn.cursor() as cur:
-        cur.execute("LOAD 'auto_explain'")
-        cur.execute("SET auto_explain.log_min_duration = 0")
-        cur.execute("SET auto_explain.log_nested_statements = on")
-        cur.execute("SET auto_explain.log_analyze = on")
-        cur.execute("SET auto_explain.log_level = notice")
-        q.conn.notices.clear()
-        try:
-            cur.execute("SELECT tenant_id::text FROM queen.log_timers_claim_v3(NULL, now(), 30000, 100, 10, NULL, NULL,"
-                        " NULL, NULL, NULL, NULL, %s::uuid[])", ([str(T2)],))
-            got = [r[0] for r in cur.fetchall()]
-        finally:
-            cur.execute("RESET auto_explain.log_min_duration")
+    out, plans = nested_plans(q.conn, "SELECT tenant_id::text FROM queen.log_timers_claim_v3(NULL, now(), 30000, 100,"
+                                      " 10, NULL, NULL, NULL, NULL, NULL, NULL, %s::uuid[])", ([str(T2)],),
+                              like="CTE shares")
+    got = [r[0] for r in out]
     assert got.count(str(T2)) == 10, got
-    plan = "\n".join(q.conn.notices)
+    assert plans, "no plan of the claim's statement"
+    plan = "\n".join(plans)
     shares = plan[plan.index("CTE shares"):]
     shares = shares[:shares.index("CTE ", 10)] if "CTE " in shares[10:] else shares
     assert "Index Scan using log_timers_tenant_due_idx" in shares, shares

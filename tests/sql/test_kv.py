@@ -4,7 +4,7 @@ unpruned on every pass, cap) and the usage rollup (never backwards, quotas, samp
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, T2, Queen, epoch_ms, ms
+from sqlkit import NOW, T1, T2, Queen, epoch_ms, ms, nested_plans
 
 
 def refused(q, fn, *fragments):
@@ -231,19 +231,10 @@ def test_expire_step_uses_the_partial_index(q, db):
     q.exec("""INSERT INTO queen.kv (namespace, key, value) SELECT 'ns', 'f' || g, '1'
               FROM generate_series(1, 5000) g""")
     q.exec("ANALYZE queen.kv")
-    with db.cursor() as cur:
-        cur.execute("LOAD 'auto_explain'")
-        cur.execute("SET auto_explain.log_min_duration = 0")
-        cur.execute("SET auto_explain.log_nested_statements = on")
-        cur.execute("SET auto_explain.log_level = notice")
-        cur.execute("SET client_min_messages = notice")
-        db.notices.clear()
-        cur.execute("SELECT queen.kv_expire_step_v1(null, %s, 100)", (NOW + ms(10500),))
-        r = cur.fetchone()[0]
-        notices = list(db.notices)
-        cur.execute("SET auto_explain.log_min_duration = -1")
+    out, plans = nested_plans(db, "SELECT queen.kv_expire_step_v1(null, %s, 100)", (NOW + ms(10500),),
+                              like="queen.kv")
+    r = out[0][0]
     assert r["deleted"] == 10
-    plans = [n for n in notices if "queen.kv" in n and "Query Text" in n]
     assert plans
     for plan in plans:
         assert "Seq Scan on kv" not in plan, plan
@@ -347,15 +338,9 @@ def test_usage_samples_a_large_timer_table_by_pages(q):
         rows = {t["tenant"]: t for t in r["tenants"]}[str(T1)]["timerRows"]
         assert abs(rows - 210000) < 31500, rows   # ~200k of 210k rows' pages, scaled up
         # The sampled pass reads the pages it picks, not the table.
-        q.exec("LOAD 'auto_explain'")
-        q.exec("SET auto_explain.log_min_duration = 0")
-        q.exec("SET auto_explain.log_nested_statements = on")
-        q.exec("SET auto_explain.log_level = notice")
-        q.conn.notices.clear()
-        q.usage_step(shards=None, now=NOW + ms(1))
-        plans = "\n".join(q.conn.notices)
+        _, plans = nested_plans(q.conn, "SELECT queen.kv_usage_step_v1(NULL, %s, 1000)", (NOW + ms(1),))
+        plans = "\n".join(plans)
         assert "Sample Scan on log_timers" in plans, plans[-3000:]
         assert "Seq Scan on log_timers" not in plans, plans[-3000:]
     finally:
         q.exec("SELECT set_config('queen.kv_usage_sample_above', '', false)")
-        q.exec("RESET auto_explain.log_min_duration")
