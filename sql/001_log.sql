@@ -92,6 +92,28 @@ CREATE TABLE IF NOT EXISTS queen.log_txns (
     PRIMARY KEY (partition_id, base_offset)
 );
 
+-- Storage of log_segments.blob and log_txns.hashes: SET STORAGE EXTERNAL (out of line when
+-- the row is over the toast threshold, never compressed by the server), set once behind a
+-- catalog check. SET STORAGE measured (2026-12-01) (tests/bench/README.md, third pass): a blob is always zstd
+-- already (every writer compresses its segment as a whole) and hashes are xxh3 output, so
+-- pglz never wins on either; its attempts on every segment of a fire were 4.4% of the
+-- machine's samples while one sweeper drained 300,000 timers (perf, pglz_compress under
+-- toast_compress_datum). SET STORAGE takes an ACCESS EXCLUSIVE lock on the table for a
+-- catalog update (no rewrite; rows written before keep their form): once, on the first
+-- apply of schema version 7; every later apply finds the setting and stays lock-free.
+DO $apply$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute
+                WHERE attrelid = 'queen.log_segments'::regclass AND attname = 'blob' AND attstorage <> 'e') THEN
+        ALTER TABLE queen.log_segments ALTER COLUMN blob SET STORAGE EXTERNAL;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_attribute
+                WHERE attrelid = 'queen.log_txns'::regclass AND attname = 'hashes' AND attstorage <> 'e') THEN
+        ALTER TABLE queen.log_txns ALTER COLUMN hashes SET STORAGE EXTERNAL;
+    END IF;
+END
+$apply$;
+
 -- One row per (queue, transaction hash): where that transaction last landed. Dedup is per
 -- queue because a transaction identifies a message across the queue's partitions. A row
 -- older than the queue's dedup_window_ms no longer counts, and is overwritten when the same

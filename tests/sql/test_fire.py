@@ -604,3 +604,23 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
         assert left == ["c"]
     indexed = {"held_row": 1, "stale_token": 1, "duplicate": 3, "busy_partition": 2}[case]
     assert q.one("SELECT count(*) FROM queen.log_txn_index") == indexed
+
+
+def test_segment_blobs_and_hashes_are_never_compressed_by_the_server(q):
+    """log_segments.blob (zstd already) and log_txns.hashes (xxh3) are stored EXTERNAL: the
+    server never tries pglz on them (4.4% of the machine's CPU while one sweeper drained,
+    tests/bench/README.md). A blob pglz would shrink (zeros) is stored as given, out of line."""
+    storage = {r["attname"]: r["attstorage"] for r in q.all(
+        "SELECT attname, attstorage FROM pg_attribute"
+        " WHERE (attrelid, attname) IN (('queen.log_segments'::regclass, 'blob'),"
+        "                               ('queen.log_txns'::regclass, 'hashes'))")}
+    assert storage == {"blob": "e", "hashes": "e"}
+    hashes = b"".join(txn_hash("txn-%d" % i) for i in range(400))
+    q.one("SELECT queen.log_push_v1(%s, 'q', 'p1', 400, %s, %s, %s)",
+          (T1, psycopg2.Binary(hashes), psycopg2.Binary(bytes(100_000)), NOW))
+    row = q.all("SELECT pg_column_compression(s.blob) AS bc, octet_length(s.blob) AS bn,"
+                "       pg_column_compression(t.hashes) AS hc"
+                "  FROM queen.log_segments s JOIN queen.log_txns t USING (partition_id, base_offset)")
+    assert row == [{"bc": None, "bn": 100_000, "hc": None}]
+    toasted = q.one("SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'queen.log_segments'::regclass")
+    assert toasted >= 100_000

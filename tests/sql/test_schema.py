@@ -84,7 +84,7 @@ def test_storage_settings_carry_dated_blocks():
     for path in sql_files():
         text = open(path, encoding="utf-8").read()
         code_lines = [l for l in text.splitlines() if not l.lstrip().startswith("--")]
-        for setting in ("fillfactor", "autovacuum_", "vacuum_truncate"):
+        for setting in ("fillfactor", "autovacuum_", "vacuum_truncate", "SET STORAGE"):
             if any(setting in l for l in code_lines):
                 comments = "\n".join(l for l in text.splitlines() if l.lstrip().startswith("--"))
                 assert re.search(r"%s.*\n?.*(measured|not measured) \(\d{4}-\d{2}-\d{2}\)" % setting,
