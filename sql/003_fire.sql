@@ -398,7 +398,9 @@ $fn$;
 -- log_timers_fire_v1 takes them (p_wait), the named rows deleted outright (claim_token,
 -- claimed_until > now and partition verified by log_timers_ours_v1, each row found by its
 -- primary key and deleted by its address with the check applied again to the row deleted),
--- then the append with the dedup window. It answers only when every
+-- then the append with the dedup window, optimistically (log_append_dedup_v1 without its
+-- check first: a duplicate is found by the append itself and undoes this way). It answers
+-- only when every
 -- segment was fired: every partition locked, every named row deleted, no segment a
 -- duplicate. Anything else (a partition someone holds with p_wait false, a row missing or
 -- not ours, a duplicate, a row someone else holds) undoes the subtransaction,
@@ -466,8 +468,9 @@ BEGIN
             RAISE EXCEPTION 'stale' USING ERRCODE = 'QSF01';
         END IF;
 
+        -- Optimistic: no check first; a duplicate raises QSF01 and undoes this way.
         v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
-            p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now);
+            p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now, true);
         IF array_position(v_app.base_offsets, NULL) IS NOT NULL THEN
             RAISE EXCEPTION 'duplicate' USING ERRCODE = 'QSF01';
         END IF;

@@ -67,14 +67,26 @@ def import_binding():
 # The database
 # ---------------------------------------------------------------------------------------
 
-def ensure_database() -> str:
-    """QUEEN_TEST_CONNINFO, or a throwaway cluster started now and stopped at exit."""
+def bench_sql_dir() -> str:
+    """The schema a benchmark measures: $QUEEN_BENCH_SQL_DIR (another build's sql/, the
+    "before" of a change) or this tree's sql/."""
+    return os.environ.get("QUEEN_BENCH_SQL_DIR") or os.path.join(ROOT, "sql")
+
+
+def ensure_database(sql_dir: str = None) -> str:
+    """QUEEN_TEST_CONNINFO, or a throwaway cluster started now and stopped at exit, holding
+    only the schema of sql_dir (default bench_sql_dir()): tests/pg applies it and nothing of
+    this tree's, so a "before" is not measured on top of the "after"'s indexes, triggers,
+    storage settings or functions (until 2026-12-01 it was: tests/pg applied this tree's
+    sql/ first, and an older schema applied over it kept everything the older one does
+    not replace)."""
     conninfo = os.environ.get("QUEEN_TEST_CONNINFO")
     if conninfo:
         return conninfo
     pgdir = tempfile.mkdtemp(prefix="queen-bench.")
     pg = os.path.join(ROOT, "tests", "pg")
-    out = subprocess.run([pg, "start", pgdir], check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ, QUEEN_PG_SQL_DIR=os.path.abspath(sql_dir or bench_sql_dir()))
+    out = subprocess.run([pg, "start", pgdir], check=True, capture_output=True, text=True, env=env).stdout
     atexit.register(lambda: subprocess.run([pg, "stop", pgdir], check=False))
     for line in out.splitlines():
         line = line.strip()
@@ -117,7 +129,7 @@ def apply_schema(conn) -> None:
     """What the plugin applies: sql/NNN_*.sql concatenated, one multi-statement execute.
     $QUEEN_BENCH_SQL_DIR measures another build's schema (the "before" of a change, with
     QUEEN_SWEEPER_LIBRARY at that build's library)."""
-    sql_dir = os.environ.get("QUEEN_BENCH_SQL_DIR") or os.path.join(ROOT, "sql")
+    sql_dir = bench_sql_dir()
     files = sorted(glob.glob(os.path.join(sql_dir, "[0-9][0-9][0-9]_*.sql")))
     if not files:
         sys.exit(f"no sql/NNN_*.sql in {sql_dir}")

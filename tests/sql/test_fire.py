@@ -522,7 +522,8 @@ def _fire_counting_helpers(conn, segments, wait=None):
     with conn.cursor() as cur:
         cur.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions"
                     " WHERE schemaname = 'queen' AND funcname IN"
-                    " ('log_timers_fire_fast_v1', 'log_timers_fire_hold_v1', 'log_timers_fire_settle_v1')")
+                    " ('log_timers_fire_fast_v1', 'log_timers_fire_hold_v1', 'log_timers_fire_settle_v1',"
+                    "  'log_dedup_check_v1')")
         calls = dict(cur.fetchall())
     conn.commit()
     conn.autocommit = True
@@ -535,9 +536,11 @@ def test_fire_takes_the_fast_way_when_nothing_is_in_the_way(q, connections):
     rows = by_key(q.claim())
     res, calls = _fire_counting_helpers(
         connections(), [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])])
-    # The general way (hold, settle) never ran: the answer is the fast way's.
+    # The general way (hold, settle) never ran: the answer is the fast way's. Nor did the
+    # dedup check: the fast way's append finds a duplicate by itself (optimistic).
     assert calls.get("log_timers_fire_fast_v1") == 1
     assert "log_timers_fire_hold_v1" not in calls and "log_timers_fire_settle_v1" not in calls
+    assert "log_dedup_check_v1" not in calls
     assert [s["status"] for s in res["segments"]] == ["fired", "fired"]
     assert [(s["baseOffset"], s["endOffset"], s["count"]) for s in res["segments"]] == [(0, 1, 2), (0, 0, 1)]
     assert res["fired"] == 3 and res["stale"] == 0 and res["duplicate"] == 0
@@ -584,6 +587,8 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
         firer, [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])], wait=wait)
     locker.rollback()
     assert calls.get("log_timers_fire_fast_v1") == 1 and calls.get("log_timers_fire_hold_v1") == 1
+    # The checked append runs once, in the general way.
+    assert calls.get("log_dedup_check_v1") == 1
     assert [s["status"] for s in res["segments"]] == expect
     lasts = {r["name"]: r["last_offset"] for r in q.all("SELECT name, last_offset FROM queen.log_partitions")}
     segs = [(r["name"], r["base_offset"], r["end_offset"]) for r in q.all(
@@ -624,3 +629,44 @@ def test_segment_blobs_and_hashes_are_never_compressed_by_the_server(q):
     assert row == [{"bc": None, "bn": 100_000, "hc": None}]
     toasted = q.one("SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE oid = 'queen.log_segments'::regclass")
     assert toasted >= 100_000
+
+
+def _append(q, segs, optimistic):
+    """log_append_dedup_v1 with dedup on, inside a subtransaction the test undoes on QSF01,
+    as the fire's fast way does. segs: [(partition, [txn, ...])] of queue q, tenant T1."""
+    ids = [q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', %s)", (T1, p))[0] for p, _ in segs]
+    lasts = [q.one("SELECT last_offset FROM queen.log_partitions WHERE id = %s", (i["partition_id"],)) for i in ids]
+    return q.all("SELECT * FROM queen.log_append_dedup_v1(%s, %s, %s, %s, %s, %s, %s, true, %s, %s)",
+                 ([i["queue_id"] for i in ids], [i["partition_id"] for i in ids], lasts,
+                  [len(t) for _, t in segs],
+                  [psycopg2.Binary(b"".join(txn_hash(x) for x in t)) for _, t in segs],
+                  [psycopg2.Binary(b"blob") for _ in segs], [i["dedup_window_ms"] for i in ids], NOW,
+                  optimistic))[0]
+
+
+def test_optimistic_append_appends_what_is_new_and_raises_on_any_duplicate(q):
+    """The fast way's append without its check first: it appends when nothing is a duplicate
+    (the same offsets, segments and index rows as the checked append), and raises QSF01 when
+    a hash is in the window or repeats across the call's segments of one queue, a window of
+    0 included; the checked append answers those cases itself."""
+    res = _append(q, [("p1", ["a", "b"]), ("p2", ["c"])], optimistic=True)
+    assert res["base_offsets"] == [0, 0] and res["dup_seg"] == [] and res["dup_frame"] == []
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == 3
+    assert q.one("SELECT count(*) FROM queen.log_segments") == 2
+    for segs in ([("p1", ["a"])],                      # in the window
+                 [("p1", ["x"]), ("p2", ["x"])]):      # repeated across segments
+        for window in (3600000, 0):
+            q.exec("UPDATE queen.queues SET dedup_window_ms = %s", (window,))
+            if window == 0 and len(segs) == 1:
+                continue                               # outside a window of 0: not a duplicate
+            with pytest.raises(psycopg2.Error) as e:
+                q.exec("BEGIN")
+                try:
+                    _append(q, segs, optimistic=True)
+                finally:
+                    q.exec("ROLLBACK")
+            assert e.value.pgcode == "QSF01"
+    q.exec("UPDATE queen.queues SET dedup_window_ms = 3600000")
+    checked = _append(q, [("p1", ["x"]), ("p2", ["x"])], optimistic=False)
+    assert checked["base_offsets"] == [2, None] and checked["dup_seg"] == [2] and checked["dup_frame"] == [0]
+    assert q.one("SELECT count(*) FROM queen.log_segments") == 3
