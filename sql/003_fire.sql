@@ -34,7 +34,20 @@ $drop$;
 -- queen.log_timers_fire_v1, whose owner they run as)
 -- ---------------------------------------------------------------------------------------
 
--- queen.log_timers_fire_check_v1(<the fire's first ten arguments>) -> void
+-- The ten-argument form of earlier builds is dropped once (a call with ten arguments would
+-- otherwise be ambiguous between it and the one below, whose eleventh has a default).
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_fire_check_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
+                       'text[], integer[], uuid[], timestamp with time zone)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_fire_check_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
+                                                     text[], integer[], uuid[], timestamptz);
+    END IF;
+END
+$drop$;
+
+-- queen.log_timers_fire_check_v1(<the fire's first ten arguments>, full boolean default true)
+--   -> void
 -- Raises 22023 (message naming the array and the element) for every argument the fire
 -- refuses, as listed in its header, in this order: null now; segment arrays, then timer
 -- arrays, of different lengths; timers without segments; per segment in array order: a
@@ -42,11 +55,19 @@ $drop$;
 -- 16 * seg_counts[i] bytes, a hash repeated in the segment (its first two frames named);
 -- then the first timer with timer_seg outside 1..n or a null key or token; the first
 -- segment whose timer count differs from seg_counts[i]; the first timer named twice (same
--- tenant, queue and key). Returns when everything is well formed. Locks: none.
+-- tenant, queue and key). Returns when everything is well formed.
+-- full false: the two findings that need a sort or a hash of every frame (a hash repeated
+-- in a segment, a timer named twice) are not looked for while everything else is well
+-- formed; when anything else is wrong, all of them are, so the error raised is the one
+-- full gives. For the fire's fast way, which cannot go wrong on either: a timer named twice
+-- deletes its row once and the count comes up short, a hash repeated in a segment gives
+-- the optimistic append fewer index rows than frames; both undo the fast way, and the
+-- general way starts with the full check (measured in tests/bench/README.md, third pass:
+-- the two are most of the check's cost). Locks: none.
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_check_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz)
+    p_timer_tokens uuid[], p_now timestamptz, p_full boolean DEFAULT true)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
@@ -60,6 +81,7 @@ DECLARE
     v_badtimer  int[];          -- first invalid timer: (j, timer_seg[j])
     v_badcount  int[];          -- first segment whose timer count is wrong: (i, count)
     v_twice     int[];          -- first timer named twice: (j, its first mention)
+    v_full      boolean := p_full IS DISTINCT FROM false;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_fire_v1: now must not be null' USING ERRCODE = '22023';
@@ -93,7 +115,9 @@ BEGIN
     -- Every finding at once, in one statement that cannot raise; reported below in their
     -- turn. The first segment failing any per-segment check: one with a null element, an
     -- empty name, a count below 1 or hashes of the wrong length, or (among well-formed
-    -- ones) repeating a hash.
+    -- ones, with v_full) repeating a hash. Without v_full and with a finding, once more
+    -- with v_full (the loop), so that the first error is the one full raises.
+    LOOP
     SELECT (SELECT min(r.i)
               FROM (SELECT s.i
                       FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts,
@@ -103,7 +127,7 @@ BEGIN
                         OR octet_length(s.h) <> 16::bigint * s.n
                     UNION ALL
                     SELECT g.i
-                      FROM generate_series(1, v_nseg) AS g(i)
+                      FROM generate_series(1, CASE WHEN v_full THEN v_nseg ELSE 0 END) AS g(i)
                      CROSS JOIN LATERAL generate_series(0,
                             CASE WHEN p_seg_counts[g.i] >= 1 AND p_seg_hashes[g.i] IS NOT NULL
                                       AND octet_length(p_seg_hashes[g.i]) = 16::bigint * p_seg_counts[g.i]
@@ -126,11 +150,15 @@ BEGIN
            (SELECT ARRAY[d.j::int, d.first_j::int]
               FROM (SELECT u.j,
                            first_value(u.j) OVER (PARTITION BY p_seg_tenants[u.s], p_seg_queues[u.s], u.k ORDER BY u.j) AS first_j
-                      FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)) d
+                      FROM unnest(p_timer_keys, p_timer_seg) WITH ORDINALITY AS u(k, s, j)
+                     WHERE v_full) d
              WHERE d.j <> d.first_j
              ORDER BY d.j
              LIMIT 1)
       INTO v_badseg, v_badtimer, v_badcount, v_twice;
+    EXIT WHEN v_full OR (v_badseg IS NULL AND v_badtimer IS NULL AND v_badcount IS NULL);
+    v_full := true;
+    END LOOP;
 
     -- That segment's checks, in order (the segments before it passed them all).
     IF v_badseg IS NOT NULL THEN
@@ -515,7 +543,8 @@ $fn$;
 -- concurrent writer of the same transaction id into the same queue is caught by the dedup
 -- index upsert itself (it waits for that writer's outcome), and the segment is then
 -- answered "duplicate", nothing allocated for it.
--- The steps are internal helpers. First log_timers_fire_check_v1 (the refusals). Then the
+-- The steps are internal helpers. First log_timers_fire_check_v1 (the refusals; without the
+-- two the fast way finds by itself, which the general way then looks for first). Then the
 -- fast way, log_timers_fire_fast_v1: when every segment can be fired (its partition taken,
 -- every row ours, no duplicate) it is, in one subtransaction that deletes each row outright;
 -- anything else undoes it (measured in tests/bench/README.md: one write per timer row
@@ -570,8 +599,10 @@ DECLARE
     v_app    record;        -- base_offsets, dup_seg, dup_frame
     v_fast   jsonb;         -- the answer of the fast way, null when it stood aside
 BEGIN
+    -- The refusals the fast way needs (all but the two it finds by itself, see the check).
     PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
-        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
+        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
+        false);
     IF v_nseg = 0 THEN
         RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
                                   'duplicate', 0, 'released', 0);
@@ -585,7 +616,11 @@ BEGIN
         RETURN v_fast;
     END IF;
 
-    -- The general way. Hold what is ours; a segment missing any row is stale.
+    -- The general way: every refusal first, then hold what is ours; a segment missing any
+    -- row is stale.
+    PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
+        true);
     v_hold := queen.log_timers_fire_hold_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
 

@@ -670,3 +670,29 @@ def test_optimistic_append_appends_what_is_new_and_raises_on_any_duplicate(q):
     checked = _append(q, [("p1", ["x"]), ("p2", ["x"])], optimistic=False)
     assert checked["base_offsets"] == [2, None] and checked["dup_seg"] == [2] and checked["dup_frame"] == [0]
     assert q.one("SELECT count(*) FROM queen.log_segments") == 3
+
+
+@pytest.mark.parametrize("case", ["timer_named_twice", "hash_repeated_in_a_segment"])
+def test_refusals_the_fast_way_skips_are_still_raised_and_leave_nothing(q, case):
+    """The fast way does not look for a timer named twice or a hash repeated in a segment
+    (the check's costly two): on claimed rows it gets as far as deleting them, comes up
+    short, is undone, and the general way raises the refusal full gives. Nothing stays
+    written: rows, their claims, offsets, segments, index rows, provisioned queues."""
+    sched(q, ["a", "b"], txns=["ta", "tb"])
+    rows = by_key(q.claim())
+    tok_a, tok_b = str(rows["a"]["claim_token"]), str(rows["b"]["claim_token"])
+    if case == "timer_named_twice":
+        args = ([T1], ["q"], ["Default"], [2], [txn_hash("ta") + txn_hash("tb")], [b"blob"],
+                ["a", "a"], [1, 1], [tok_a, tok_a])
+        fragment = "timer_keys[2] names the same timer as timer_keys[1]"
+    else:
+        args = ([T1], ["q"], ["Default"], [2], [txn_hash("ta") * 2], [b"blob"],
+                ["a", "b"], [1, 1], [tok_a, tok_b])
+        fragment = "seg_hashes[1] repeats one transaction hash at frames 0 and 1"
+    with pytest.raises(psycopg2.Error) as e:
+        q.fire_raw(*args)
+    assert e.value.pgcode == "22023" and fragment in e.value.diag.message_primary
+    left = {r["timer_key"]: str(r["claim_token"]) for r in q.all("SELECT timer_key, claim_token FROM queen.log_timers")}
+    assert left == {"a": tok_a, "b": tok_b}
+    for table in ("queues", "log_partitions", "log_segments", "log_txns", "log_txn_index"):
+        assert q.one("SELECT count(*) FROM queen.%s" % table) == 0, table
