@@ -125,11 +125,11 @@ def connect(conninfo: str, autocommit: bool = True):
     return conn
 
 
-def apply_schema(conn) -> None:
+def apply_schema(conn, sql_dir: str = None) -> None:
     """What the plugin applies: sql/NNN_*.sql concatenated, one multi-statement execute.
-    $QUEEN_BENCH_SQL_DIR measures another build's schema (the "before" of a change, with
-    QUEEN_SWEEPER_LIBRARY at that build's library)."""
-    sql_dir = bench_sql_dir()
+    sql_dir (default bench_sql_dir(): $QUEEN_BENCH_SQL_DIR measures another build's schema,
+    the "before" of a change, with QUEEN_SWEEPER_LIBRARY at that build's library)."""
+    sql_dir = sql_dir or bench_sql_dir()
     files = sorted(glob.glob(os.path.join(sql_dir, "[0-9][0-9][0-9]_*.sql")))
     if not files:
         sys.exit(f"no sql/NNN_*.sql in {sql_dir}")
