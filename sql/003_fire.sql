@@ -428,9 +428,11 @@ $fn$;
 -- primary key and deleted by its address with the check applied again to the row deleted),
 -- then the append with the dedup window, optimistically (log_append_dedup_v1 without its
 -- check first: a duplicate is found by the append itself and undoes this way). It answers
--- only when every
--- segment was fired: every partition locked, every named row deleted, no segment a
--- duplicate. Anything else (a partition someone holds with p_wait false, a row missing or
+-- when every segment was fired (every partition locked, every named row deleted, no
+-- segment a duplicate), and when every segment is busy (p_wait false and every partition
+-- held by someone else: nothing taken, rows untouched and still claimed; the general way
+-- would have locked every row only to answer the same, and a stale row among them is found
+-- by the caller's next call, which waits a little for the partition). Anything else (a partition someone holds with p_wait false, a row missing or
 -- not ours, a duplicate, a row someone else holds) undoes the subtransaction,
 -- locks and all, and answers null: the caller then takes the general way (hold, append,
 -- settle), which sorts out busy, stale and duplicate segments. The general way locks every
@@ -463,6 +465,15 @@ BEGIN
         v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all);
         v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
         IF array_position(v_last, NULL) IS NOT NULL THEN
+            -- Every partition held by someone else (p_wait false): the general way could
+            -- only answer busy for every segment, after a full check and a lock (and a WAL
+            -- record) on every row, all for nothing. Answered here instead, nothing taken:
+            -- the rows stay claimed, and the caller's next call (which waits a little for
+            -- the partition) holds, checks and fires them, or finds them stale.
+            IF NOT EXISTS (SELECT 1 FROM unnest(v_last) AS l(o) WHERE l.o IS NOT NULL) THEN
+                RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
+                    v_ids.partition_ids, v_last, NULL, '{}');
+            END IF;
             RAISE EXCEPTION 'busy' USING ERRCODE = 'QSF01';
         END IF;
 
@@ -548,7 +559,9 @@ $fn$;
 -- fast way, log_timers_fire_fast_v1: when every segment can be fired (its partition taken,
 -- every row ours, no duplicate) it is, in one subtransaction that deletes each row outright;
 -- anything else undoes it (measured in tests/bench/README.md: one write per timer row
--- instead of two, 8-10% on one sweeper). Then, only when the fast way stood aside, the
+-- instead of two, 8-10% on one sweeper); when every segment's partition is held by someone
+-- else (p_wait false) it answers all of them busy, nothing taken (stale rows among them are
+-- found by the next call). Then, only when the fast way stood aside, the
 -- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids,
 -- provisioning), log_partitions_lock_v1 and log_append_dedup_v1 (001),
 -- log_timers_fire_settle_v1 (the rows deleted or released, the answer).

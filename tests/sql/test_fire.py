@@ -611,6 +611,43 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
     assert q.one("SELECT count(*) FROM queen.log_txn_index") == indexed
 
 
+def test_fire_without_wait_answers_every_segment_busy_when_every_partition_is_held(q, connections):
+    """Every partition of the call held by someone else (wait false): the fast way answers
+    every segment busy itself, with nothing taken: no row locked (the general way would have
+    locked, and written a WAL record for, every row only to answer the same), rows still
+    claimed by the same tokens, no offset moved. A stale row among them is answered busy
+    too, and found stale by the next call, which waits for the partition."""
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    rows = by_key(q.claim())
+    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p1')", (T1,))
+    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p2')", (T1,))
+    locker = connections()
+    locker.autocommit = False
+    with locker.cursor() as cur:
+        cur.execute("SELECT 1 FROM queen.log_partitions WHERE name IN ('p1', 'p2') FOR UPDATE")
+    bad = dict(rows["b"], claim_token=str(uuid.uuid4()))
+    firer = connections(options="-c statement_timeout=10000")
+    res, calls = _fire_counting_helpers(
+        firer, [(T1, "q", "p1", [rows["a"], bad]), (T1, "q", "p2", [rows["c"]])], wait=False)
+    assert calls.get("log_timers_fire_fast_v1") == 1
+    assert "log_timers_fire_hold_v1" not in calls and "log_timers_fire_settle_v1" not in calls
+    assert res["segments"] == [{"status": "busy", "count": 2}, {"status": "busy", "count": 1}]
+    assert (res["fired"], res["stale"], res["released"], res["busy"]) == (0, 0, 0, 3)
+    # Nothing taken: every row still claimed by its own token and lockable by anybody.
+    left = {r["timer_key"]: str(r["claim_token"]) for r in q.all(
+        "SELECT timer_key, claim_token FROM queen.log_timers FOR UPDATE NOWAIT")}
+    assert left == {k: str(rows[k]["claim_token"]) for k in ("a", "b", "c")}
+    assert sorted(q.one("SELECT array_agg(last_offset) FROM queen.log_partitions")) == [-1, -1]
+    locker.rollback()
+    # The next call (waiting) finds the stale row and fires the rest.
+    from sqlkit import Queen
+    res = Queen(firer).fire([(T1, "q", "p1", [rows["a"], bad]), (T1, "q", "p2", [rows["c"]])], wait=True)
+    assert [s["status"] for s in res["segments"]] == ["stale", "fired"]
+    assert res["released"] == 1
+    assert sorted(r["timer_key"] for r in q.all("SELECT timer_key FROM queen.log_timers")) == ["a", "b"]
+
+
 def test_segment_blobs_and_hashes_are_never_compressed_by_the_server(q):
     """log_segments.blob (zstd already) and log_txns.hashes (xxh3) are stored EXTERNAL: the
     server never tries pglz on them (4.4% of the machine's CPU while one sweeper drained,
