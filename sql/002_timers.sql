@@ -135,7 +135,7 @@ $apply$;
 -- The second secondary index (schema version 7): (tenant_id, visible_at) over the rows in
 -- nobody's hands. It gives each tenant its own oldest-first walk, so that the claim can
 -- take a share of a tenant whose due rows sit behind another tenant's backlog in the
--- (visible_at) index (log_timers_claim_v3). Partial on claim_token IS NULL: a claim moves a
+-- (visible_at) index (log_timers_claim_v4). Partial on claim_token IS NULL: a claim moves a
 -- row out of it (no entry is added by a claim, the claim's write cost is unchanged); a
 -- schedule, a release and a failure's backoff put it back. Built once, behind a catalog
 -- check (SHARE lock: writers wait for the build; on a large table build it beforehand with
@@ -1133,7 +1133,7 @@ $fn$;
 --                 least(cap, 512) most recently due rows, but the tenant of the earliest
 --                 due row (the oldest-first pool serves it): whose due rows are not at the
 --                 (visible_at) index's head, for the claim to take its share of them
---                 (log_timers_claim_v3). A single tenant's backlog names none.
+--                 (log_timers_claim_v4). A single tenant's backlog names none.
 -- The walks start at the floor. The search for the next row stops at now + horizon_ms
 -- (null: no bound): past now lie the entries of fired claims (a claim moves its rows to
 -- now + lease), and a walk through a whole lease of them costs what the floor saves.
@@ -1254,12 +1254,19 @@ AS $fn$
      LIMIT 1
 $fn$;
 
--- queen.log_timers_claim_v3(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
+-- queen.log_timers_claim_v4(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
 --                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
 --                           skip_queues text[], skip_partitions text[], floor timestamptz,
 --                           tenants uuid[])
---   -> the table of log_timers_claim_v2, and floor_ms bigint (the same on every row): the
---      floor the next call starts from (see 3a; the floor given when shards is a subset).
+--   -> the table of log_timers_claim_v2, floor_ms bigint (the same on every row): the
+--      floor the next call starts from (see 3a; the floor given when shards is a subset),
+--      and row_tid tid: the address of the row version this claim wrote (schema version 8),
+--      which the fire passes back (log_timers_fire_v2) to find the row without a descent
+--      of the primary key. An address is only a hint: the fire checks every row it finds
+--      there (tenant, queue, key, token, live claim, partition), and a row that has moved
+--      since (a reschedule after a lapsed lease, another claim, a vacuum reusing the slot)
+--      is not there and is found by its key instead.
+-- (log_timers_claim_v3, schema version 7, is the same claim without row_tid.)
 -- log_timers_claim_v2 from a floor, with a share per tenant that does not depend on where
 -- a tenant's rows sit in the (visible_at) index:
 -- * the floor: a plain read finds the earliest live row at or after the given floor (h),
@@ -1288,14 +1295,14 @@ $fn$;
 -- the switches) is log_timers_claim_v2's.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as
 -- log_timers_claim_v2; the floor's read takes none.
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_v3(
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v4(
     p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
     p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
     p_skip_partitions text[], p_floor timestamptz, p_tenants uuid[])
 RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
                message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
                producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
-               attempts int, floor_ms bigint)
+               attempts int, floor_ms bigint, row_tid tid)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET enable_seqscan = off
@@ -1313,15 +1320,15 @@ DECLARE
     v_floor_ms bigint;
 BEGIN
     IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_claim_v3: now must not be null' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'log_timers_claim: now must not be null' USING ERRCODE = '22023';
     END IF;
     IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
-        RAISE EXCEPTION 'log_timers_claim_v3: lease_ms must be at least 1 (got %)', p_lease_ms
+        RAISE EXCEPTION 'log_timers_claim: lease_ms must be at least 1 (got %)', p_lease_ms
             USING ERRCODE = '22023';
     END IF;
     IF v_skip AND (coalesce(cardinality(p_skip_tenants), 0) <> cardinality(p_skip_partitions)
                    OR coalesce(cardinality(p_skip_queues), 0) <> cardinality(p_skip_partitions)) THEN
-        RAISE EXCEPTION 'log_timers_claim_v3: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
+        RAISE EXCEPTION 'log_timers_claim: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
             coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
             cardinality(p_skip_partitions) USING ERRCODE = '22023';
     END IF;
@@ -1426,17 +1433,40 @@ BEGIN
          WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
                   t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
-                  t.attempts
+                  t.attempts, t.ctid
     )
     SELECT x.tenant_id, x.queue::text, x.timer_key::text, x.partition::text, x.txn, x.message_id,
            x.payload, x.payload_zstd, x.encrypted, x.producer_sub, x.claim_token,
            queen.epoch_ms_v1(x.deliver_at),
            floor(extract(epoch FROM (p_now - x.deliver_at)) * 1000)::bigint,
-           x.attempts, v_floor_ms
+           x.attempts, v_floor_ms, x.ctid
       FROM claimed x
       JOIN chosen c ON c.ct = x.tenant_id AND c.cq = x.queue AND c.ck = x.timer_key
      ORDER BY c.cv, c.cd, x.tenant_id, x.queue, x.timer_key;
 END
+$fn$;
+
+-- queen.log_timers_claim_v3(<the arguments of log_timers_claim_v4>) -> the table of
+--   log_timers_claim_v4 without row_tid, in its order: the claim of schema version 7's
+--   sweepers (a rolling upgrade), and of any caller that does not fire by address.
+-- Locks: as log_timers_claim_v4.
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_v3(
+    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
+    p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
+    p_skip_partitions text[], p_floor timestamptz, p_tenants uuid[])
+RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
+               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
+               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
+               attempts int, floor_ms bigint)
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+    SELECT c.tenant_id, c.queue, c.timer_key, c.partition, c.txn, c.message_id, c.payload,
+           c.payload_zstd, c.encrypted, c.producer_sub, c.claim_token, c.deliver_at_ms,
+           c.late_ms, c.attempts, c.floor_ms
+      FROM queen.log_timers_claim_v4(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant,
+                                     p_max_bytes, p_claim_id, p_skip_tenants, p_skip_queues,
+                                     p_skip_partitions, p_floor, p_tenants) AS c
 $fn$;
 
 

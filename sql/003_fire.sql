@@ -1,4 +1,4 @@
--- 003_fire.sql: the fire (queen.log_timers_fire_v1): claimed timers appended to the log as
+-- 003_fire.sql: the fire (queen.log_timers_fire_v2, and _v1 without addresses): claimed timers appended to the log as
 -- segments, with the per-queue dedup window applied, and their rows deleted or released.
 --
 -- Idempotent and lock-free on re-apply, like 001 (see its header). Needs 001 (the log
@@ -31,7 +31,7 @@ $drop$;
 
 -- ---------------------------------------------------------------------------------------
 -- Internal helpers of the fire (SECURITY INVOKER, granted to nobody: called only from
--- queen.log_timers_fire_v1, whose owner they run as)
+-- queen.log_timers_fire_v2, whose owner they run as)
 -- ---------------------------------------------------------------------------------------
 
 -- The ten-argument form of earlier builds is dropped once (a call with ten arguments would
@@ -420,20 +420,23 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_fire_fast_v1(<the fire's arguments>) -> jsonb, or null
+-- queen.log_timers_fire_fast_v2(<the fire's arguments>, timer_tids tid[]) -> jsonb, or null
 -- The fire as it goes when nothing is in the way, in one subtransaction: the segments'
 -- queues and partitions (provisioned when missing), their partition rows locked as
--- log_timers_fire_v1 takes them (p_wait), the named rows deleted outright (claim_token,
--- claimed_until > now and partition verified by log_timers_ours_v1, each row found by its
--- primary key and deleted by its address with the check applied again to the row deleted),
--- then the append with the dedup window, optimistically (log_append_dedup_v1 without its
+-- log_timers_fire_v2 takes them (p_wait), the named rows deleted outright (claim_token,
+-- claimed_until > now and partition verified by log_timers_ours_v1), found by the
+-- addresses of p_timer_tids when every timer has one (the claim's row_tid; each row found
+-- at its address is also checked to be the timer named for it: tenant, queue, key), else
+-- each by its primary key and deleted by its address with the check applied again to the
+-- row deleted; then the append with the dedup window, optimistically (log_append_dedup_v1 without its
 -- check first: a duplicate is found by the append itself and undoes this way). It answers
 -- when every segment was fired (every partition locked, every named row deleted, no
 -- segment a duplicate), and when every segment is busy (p_wait false and every partition
 -- held by someone else: nothing taken, rows untouched and still claimed; the general way
 -- would have locked every row only to answer the same, and a stale row among them is found
--- by the caller's next call, which waits a little for the partition). Anything else (a partition someone holds with p_wait false, a row missing or
--- not ours, a duplicate, a row someone else holds) undoes the subtransaction,
+-- by the caller's next call, which waits a little for the partition). Anything else (a
+-- partition someone holds with p_wait false, a row missing, moved from its address or not
+-- ours, a duplicate, a row someone else holds) undoes the subtransaction,
 -- locks and all, and answers null: the caller then takes the general way (hold, append,
 -- settle), which sorts out busy, stale and duplicate segments. The general way locks every
 -- row (one WAL record each) before deleting it (another); this way writes one per row.
@@ -445,10 +448,10 @@ $fn$;
 -- broker's claim passing over it, ends the fast way within a millisecond, and the general
 -- way skips that row as it always has); then log_txn_index, log_segments and log_txns as
 -- the append takes them.
-CREATE OR REPLACE FUNCTION queen.log_timers_fire_fast_v1(
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_fast_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean)
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean, p_timer_tids tid[])
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
@@ -460,6 +463,11 @@ DECLARE
     v_app     record;
     v_deleted bigint;
     v_lt      text := current_setting('lock_timeout');
+    v_nl      text := current_setting('enable_nestloop');
+    -- Every timer with an address (none null, as many as the keys): found by address.
+    v_by_tid  boolean := p_timer_tids IS NOT NULL
+                         AND coalesce(cardinality(p_timer_tids), 0) = coalesce(cardinality(p_timer_keys), 0)
+                         AND array_position(p_timer_tids, NULL) IS NULL;
 BEGIN
     BEGIN
         v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all);
@@ -483,6 +491,32 @@ BEGIN
         -- by log_timers_ours_v1 as it is now, so it is not deleted and the count below comes
         -- up short. The statement is right by itself, on any minor version and any plan.
         PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+        IF v_by_tid THEN
+            -- By address (the claim's row_tid): one TID scan of every address at once, in
+            -- block order, and each row found there judged against what the caller names
+            -- for it (tenant, queue and key of its segment, and log_timers_ours_v1). A row
+            -- no longer at its address is not found, and the count below comes up short.
+            -- A hash join of the rows found to the caller's arrays (enable_nestloop off:
+            -- a nested loop would scan every address once per timer, or the arrays once
+            -- per row): 4-6x cheaper than a descent of the primary key per timer
+            -- (tests/bench/README.md, fourth pass).
+            PERFORM pg_catalog.set_config('enable_nestloop', 'off', true);
+            WITH f AS MATERIALIZED (
+                SELECT u.tid, u.k, u.tok, p_seg_tenants[u.s] AS tn, p_seg_queues[u.s] AS q,
+                       p_seg_partitions[u.s] AS part
+                  FROM unnest(p_timer_tids, p_timer_keys, p_timer_seg, p_timer_tokens) AS u(tid, k, s, tok)
+            ), d AS (
+                DELETE FROM queen.log_timers AS t
+                 USING f
+                 WHERE t.ctid = ANY (p_timer_tids)
+                   AND t.ctid = f.tid
+                   AND t.tenant_id = f.tn AND t.queue = f.q AND t.timer_key = f.k
+                   AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition,
+                                                f.tok, f.part, p_now)
+                RETURNING 1)
+            SELECT count(*) INTO v_deleted FROM d;
+            PERFORM pg_catalog.set_config('enable_nestloop', v_nl, true);
+        ELSE
         WITH f AS MATERIALIZED (
             SELECT x.tid, u.tok, p_seg_partitions[u.s] AS part
               FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) AS u(k, s, tok)
@@ -502,6 +536,7 @@ BEGIN
                AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition, f.tok, f.part, p_now)
             RETURNING 1)
         SELECT count(*) INTO v_deleted FROM d;
+        END IF;
         PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
         IF v_deleted <> coalesce(cardinality(p_timer_keys), 0) THEN
             RAISE EXCEPTION 'stale' USING ERRCODE = 'QSF01';
@@ -522,9 +557,16 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_fire_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+-- queen.log_timers_fire_v2(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
---     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true) -> jsonb
+--     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true,
+--     timer_tids tid[] default null) -> jsonb
+-- (schema version 8; log_timers_fire_v1 is this without timer_tids.) timer_tids: each
+-- timer's address as its claim returned it (log_timers_claim_v4's row_tid), aligned with
+-- timer_keys, or null. Only a hint: with an address for every timer the fast way finds the
+-- rows by a TID scan instead of a descent of the primary key per timer, and judges every
+-- row it finds there as it would one found by key; a row moved from its address (or any
+-- null, or a count that differs) makes the fire go by key, exactly as without addresses.
 --   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
 --                | {"status": "stale", "held": n}
 --                | {"status": "duplicate", "duplicates": n, "released": n}
@@ -556,7 +598,7 @@ $fn$;
 -- answered "duplicate", nothing allocated for it.
 -- The steps are internal helpers. First log_timers_fire_check_v1 (the refusals; without the
 -- two the fast way finds by itself, which the general way then looks for first). Then the
--- fast way, log_timers_fire_fast_v1: when every segment can be fired (its partition taken,
+-- fast way, log_timers_fire_fast_v2: when every segment can be fired (its partition taken,
 -- every row ours, no duplicate) it is, in one subtransaction that deletes each row outright;
 -- anything else undoes it (measured in tests/bench/README.md: one write per timer row
 -- instead of two, 8-10% on one sweeper); when every segment's partition is held by someone
@@ -585,10 +627,11 @@ $fn$;
 -- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
 -- sequential scan in it, each call scans everything fired since (measured in
 -- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
-CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true,
+    p_timer_tids tid[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -622,9 +665,9 @@ BEGIN
     END IF;
 
     -- Nothing in the way (the common case): one subtransaction, one write per timer row.
-    v_fast := queen.log_timers_fire_fast_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+    v_fast := queen.log_timers_fire_fast_v2(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens,
-        p_now, p_wait);
+        p_now, p_wait, p_timer_tids);
     IF v_fast IS NOT NULL THEN
         RETURN v_fast;
     END IF;
@@ -652,3 +695,33 @@ BEGIN
         v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
 END
 $fn$;
+
+-- queen.log_timers_fire_v1(<the first eleven arguments of log_timers_fire_v2>) -> jsonb:
+-- log_timers_fire_v2 without addresses (every row found by key), for schema version 7's
+-- sweepers during a rolling upgrade and for callers that do not keep them. Locks: as
+-- log_timers_fire_v2.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+    SELECT queen.log_timers_fire_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts,
+        p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now, p_wait, NULL)
+$fn$;
+
+-- The fast way of schema version 7 (without addresses) is dropped once: nothing calls it
+-- since log_timers_fire_v2 above calls log_timers_fire_fast_v2. A version 7 sweeper's
+-- session still running a fire planned before this apply would fail that one call with
+-- SQLSTATE 42883 (class 42: its claim handed back, no attempt spent, tried again).
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_fire_fast_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
+                       'text[], integer[], uuid[], timestamp with time zone, boolean)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_fire_fast_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
+                                                    text[], integer[], uuid[], timestamptz, boolean);
+    END IF;
+END
+$drop$;

@@ -109,7 +109,7 @@ private:
             groups[it->second].push_back(&f);
         }
         for (const auto &group : groups) split_group(group);
-        // A repeat is alone in its segment: log_timers_fire_v1 refuses a segment that repeats
+        // A repeat is alone in its segment: log_timers_fire_v2 refuses a segment that repeats
         // a hash and answers `duplicate` per segment, releasing the innocent rows with the
         // guilty one. Its round comes after every segment that can hold the occurrence before
         // it, so the dedup check sees the first occurrence first.

@@ -29,9 +29,13 @@ struct ClaimedTimer {
     int64_t deliver_at_ms = 0;
     int64_t late_ms = 0;
     int attempts = 0;
+    // Where the claim left the row: "(block,offset)" as the server prints a tid, or empty
+    // when unknown. A hint for the fire (it finds the row there without a key lookup, and
+    // checks that it is this timer); never an identity.
+    std::string row_tid;
 };
 
-// One segment for one (tenant, queue, partition): what log_timers_fire_v1 receives per
+// One segment for one (tenant, queue, partition): what log_timers_fire_v2 receives per
 // segment, plus the input rows it carries so the caller can pass their keys and tokens.
 struct PackedSegment {
     std::string tenant;

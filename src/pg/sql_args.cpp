@@ -89,6 +89,19 @@ bool parse_i64(std::string_view t, int64_t &out) {
     return true;
 }
 
+bool is_tid_text(std::string_view t) {
+    if (t.size() < 5 || t.front() != '(' || t.back() != ')') return false;
+    const size_t comma = t.find(',');
+    if (comma == std::string_view::npos) return false;
+    const std::string_view block = t.substr(1, comma - 1), offset = t.substr(comma + 1, t.size() - comma - 2);
+    int64_t b = 0, o = 0;
+    for (std::string_view part : {block, offset})
+        if (part.empty() || part.size() > 10 || part.find_first_not_of("0123456789") != std::string_view::npos)
+            return false;
+    if (!parse_i64(block, b) || !parse_i64(offset, o)) return false;
+    return b <= 4294967295LL && o >= 1 && o <= 65535;
+}
+
 bool pg_bytea_from_text(std::string_view t, std::string &out) {
     out.clear();
     if (t.size() < 2 || t[0] != '\\' || t[1] != 'x' || (t.size() % 2) != 0) return false;

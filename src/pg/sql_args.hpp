@@ -20,6 +20,9 @@ std::string pg_bytea_array_binary(const std::vector<std::string_view> &items);
 bool pg_bytea_from_text(std::string_view text, std::string &out);
 // A decimal int64 as PostgreSQL prints it; false on anything else (never throws).
 bool parse_i64(std::string_view text, int64_t &out);
+// A tid as PostgreSQL prints it: "(block,offset)", block 0..4294967295, offset 1..65535,
+// decimal digits only. Anything else is false (never throws).
+bool is_tid_text(std::string_view text);
 // The shard visiting order as an int2[] literal.
 std::string shards_param(const std::vector<int16_t> &shards);
 

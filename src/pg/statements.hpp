@@ -21,25 +21,29 @@ inline constexpr const char *kProbe =
 // $7 uuid[] / $8 text[] / $9 text[] the (tenant, queue, partition) triples to leave alone
 // (partitions someone else holds), $10 double precision the floor, Unix ms (null: the
 // index head), $11 uuid[] the tenants to take a share of by their own index (the probe's
-// "tenants"). Binary result (the payload as it is, not in hex); the uuids come as text so
-// that every column but the integers reads as its bytes.
+// "tenants"). Binary result (the payload as it is, not in hex); the uuids and the row's
+// address come as text so that every column but the integers reads as its bytes. row_tid:
+// the address of the row version the claim wrote, "(block,offset)", which the fire passes
+// back so that it finds the row without a descent of the primary key (a hint only: the fire
+// checks what it finds there, and goes by key when the row has moved).
 inline constexpr const char *kClaim =
     "SELECT tenant_id::text, queue, timer_key, partition, txn, message_id::text, payload, payload_zstd, "
-    "encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts, floor_ms "
-    "FROM queen.log_timers_claim_v3($1::int2[], now(), $2::int, $3::int, $4::int, $5::bigint, $6::uuid, "
+    "encrypted, producer_sub, claim_token::text, deliver_at_ms, late_ms, attempts, floor_ms, row_tid::text "
+    "FROM queen.log_timers_claim_v4($1::int2[], now(), $2::int, $3::int, $4::int, $5::bigint, $6::uuid, "
     "$7::uuid[], $8::text[], $9::text[], to_timestamp($10::double precision / 1000), $11::uuid[])";
 enum class ClaimCol {
     tenant, queue, timer_key, partition, txn, message_id, payload, payload_zstd, encrypted, producer_sub,
-    claim_token, deliver_at_ms, late_ms, attempts, floor_ms,
+    claim_token, deliver_at_ms, late_ms, attempts, floor_ms, row_tid,
 };
 
 // The fire. $1 uuid[] segment tenants, $2 text[] queues, $3 text[] partitions, $4 int[]
 // frame counts, $5 bytea[] (binary) txn hashes, $6 bytea[] (binary) blobs, $7 text[] timer
 // keys in frame order, $8 int[] each key's segment (1-based), $9 uuid[] each key's token,
-// $10 boolean wait on partitions. One row: the jsonb answer as text.
+// $10 boolean wait on partitions, $11 tid[] each key's address as its claim gave it (null
+// when any is unknown: every row is then found by key). One row: the jsonb answer as text.
 inline constexpr const char *kFire =
-    "SELECT queen.log_timers_fire_v1($1::uuid[], $2::text[], $3::text[], $4::int[], $5, $6, "
-    "$7::text[], $8::int[], $9::uuid[], now(), $10::boolean)::text";
+    "SELECT queen.log_timers_fire_v2($1::uuid[], $2::text[], $3::text[], $4::int[], $5, $6, "
+    "$7::text[], $8::int[], $9::uuid[], now(), $10::boolean, $11::tid[])::text";
 
 // A failure, and the move of what it exhausts to the DLQ, in one call. $1 uuid[] tenants,
 // $2 text[] queues, $3 text[] keys, $4 uuid[] tokens, $5 text error, $6 text class,

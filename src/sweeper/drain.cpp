@@ -341,6 +341,11 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
         // monotonic clock, so no two clocks are compared.
         t.late_ms = late - static_cast<int64_t>(claimed_at);
         t.attempts = attempts;
+        // A hint, so anything unreadable is simply no address (the fire then goes by key).
+        if (!r.is_null(i, static_cast<int>(C::row_tid))) {
+            std::string tid = text_of(r, i, C::row_tid);
+            if (is_tid_text(tid)) t.row_tid = std::move(tid);
+        }
     }
     // The floor the next call starts from (the same on every row), and the tenants named
     // that still had rows to give.
@@ -446,8 +451,9 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
         ctx_.stats.f.late_handed_back_total += static_cast<int64_t>(all.size());
         co_return FireEnd::done;
     }
-    std::vector<std::string> seg_tenants, seg_queues, seg_parts, keys, tokens;
+    std::vector<std::string> seg_tenants, seg_queues, seg_parts, keys, tokens, tids;
     std::vector<int64_t> counts, seg_of;
+    bool every_tid = true;
     std::vector<std::string_view> hashes, blobs;
     for (size_t s = 0; s < batch.segments.size(); ++s) {
         const PackedSegment &seg = batch.segments[s];
@@ -460,6 +466,8 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
         for (size_t idx : seg.rows) {
             keys.push_back(rows[idx].timer_key);
             tokens.push_back(rows[idx].claim_token);
+            tids.push_back(rows[idx].row_tid);
+            every_tid = every_tid && !rows[idx].row_tid.empty();
             seg_of.push_back(static_cast<int64_t>(s + 1));
         }
     }
@@ -470,7 +478,8 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
                 binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid),
                 binary_param(pg_bytea_array_binary(blobs), kByteaArrayOid), text_param(pg_text_array(keys)),
                 text_param(pg_int_array(seg_of)), text_param(pg_text_array(tokens)),
-                text_param(plan.wait ? "true" : "false")};
+                text_param(plan.wait ? "true" : "false"),
+                every_tid ? text_param(pg_text_array(tids)) : null_param()};
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));

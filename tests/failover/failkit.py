@@ -71,7 +71,7 @@ def make_sweeper(conninfo, broker_id, fired=None, **knobs):
 
 
 def wait_schema(q: Queen, timeout=60):
-    wait_for(lambda: q.one("SELECT to_regproc('queen.log_timers_fire_v1') IS NOT NULL"
+    wait_for(lambda: q.one("SELECT to_regproc('queen.log_timers_fire_v2') IS NOT NULL"
                            " AND to_regproc('queen.log_read_v1') IS NOT NULL"), timeout, 0.05,
              "the queen schema applied by a sweeper")
 

@@ -59,7 +59,7 @@ def _schedule_behind_lock(ci, q, queue, part_id, h):
     txns = [f"txn-{i}" for i in range(N)]
     q.schedule([op_schedule(queue, f"k{i}", b"payload-%d" % i, partition="p0", txn=txns[i]) for i in range(N)])
     h.wake(0)
-    pids = wait_for(lambda: backend_of(q, "%log_timers_fire_v1%", wait_event_type="Lock"), 30, 0.02,
+    pids = wait_for(lambda: backend_of(q, "%log_timers_fire_v%", wait_event_type="Lock"), 30, 0.02,
                     "the fire waiting for the locked table")
     claimed_until = q.one("SELECT max(claimed_until) FROM queen.log_timers WHERE queue = %s", (queue,))
     return lock, txns, pids[0], claimed_until

@@ -36,7 +36,7 @@ def test_a_claim_lost_in_a_failover_is_handed_back_on_the_new_primary(pair):
     sport = pair["QUEEN_PAIR_STANDBY_PORT"]
     conninfo = (f"host=127.0.0.1,127.0.0.1 port={proxy.port},{sport} user=queen_test_sweeper dbname=postgres "
                 "target_session_attrs=read-write sslmode=disable")
-    proxy.arm(b"log_timers_claim_v3")
+    proxy.arm(b"log_timers_claim_v4")
     h = make_sweeper(conninfo, "lostclaim-fo", apply_schema=False, connect_timeout_ms=3000,
                      sweeper_lease_ms=LEASE_MS, sweeper_claim_batch=200, sweeper_claim_batch_max=200)
     nq = None

@@ -84,7 +84,7 @@ void observe_call(const std::string &sql) {
     else if (has("inet_server_addr") || has("log_timers_in_doubt_v1") || has("release_claims_v"))
         note(Kind::preface, "recovery");  // the cycle's first step after a loss, before its probe
     else if (has("log_timers_claim")) note(Kind::drain, "claim");
-    else if (has("log_timers_fire_v1")) note(Kind::drain, "fire");
+    else if (has("log_timers_fire_v")) note(Kind::drain, "fire");
     else note(Kind::drain, "drain");  // fail, release of stale rows
 }
 

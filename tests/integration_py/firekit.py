@@ -322,7 +322,7 @@ def schema(conninfo):
     try:
         def ready():
             with probe.cursor() as cur:
-                cur.execute("SELECT to_regproc('queen.log_timers_fire_v1') IS NOT NULL"
+                cur.execute("SELECT to_regproc('queen.log_timers_fire_v2') IS NOT NULL"
                             "   AND to_regproc('queen.log_read_v1') IS NOT NULL"
                             "   AND to_regproc('queen.log_push_v1') IS NOT NULL")
                 return cur.fetchone()[0]

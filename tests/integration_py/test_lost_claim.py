@@ -3,7 +3,7 @@
 The connection dies after a claim commits and before its answer is read (a failover, a
 bouncer restart, a network cut). The claim's rows are then held under a token the sweeper
 never saw. Since schema version 5 a claim is sent with an id the sweeper makes
-(log_timers_claim_v3's claim_id, the rows' claim_token), and a sweeper remembers the ids of
+(log_timers_claim_v4's claim_id, the rows' claim_token), and a sweeper remembers the ids of
 claims it has no answer for; once connected again it hands them back by id
 (log_timers_release_claims_v2) and they fire at once, exactly once.
 
@@ -36,7 +36,7 @@ def test_a_claim_whose_answer_was_lost_fires_within_seconds_of_reconnecting(q, s
         ops = [op_schedule(QUEUE, f"k{i:04d}", b'{"n": %d}' % i, partition=f"p{i % 4}") for i in range(N)]
         for i in range(0, N, 200):
             q.schedule(ops[i:i + 200])
-        proxy.arm(b"log_timers_claim_v3")
+        proxy.arm(b"log_timers_claim_v4")
         h = sweepers("lostclaim", conninfo=proxied(sweeper_conninfo, proxy.port),
                      sweeper_lease_ms=LEASE_MS, sweeper_claim_batch=200, sweeper_claim_batch_max=200)
         try:

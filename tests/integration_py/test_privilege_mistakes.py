@@ -8,8 +8,8 @@ fires exactly once."""
 
 from firekit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
 
-FIRE_FN = ("queen.log_timers_fire_v1(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],"
-           " uuid[], timestamptz, boolean)")
+FIRE_FN = ("queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],"
+           " uuid[], timestamptz, boolean, tid[])")
 N = 50
 
 

@@ -141,9 +141,10 @@ class Queen:
         return self.all("SELECT * FROM queen.log_timers_claim_v1(%s::int2[], %s, %s, %s, %s)",
                         (shards, now, lease_ms, max_rows, per_tenant))
 
-    def fire(self, segments, now=NOW, wait=None):
+    def fire(self, segments, now=NOW, wait=None, by_tid=False):
         """segments: list of (tenant, queue, partition, [claimed rows in frame order]).
-        A claimed row is a dict with timer_key, claim_token, txn (from claim())."""
+        A claimed row is a dict with timer_key, claim_token, txn (from claim()), and row_tid
+        (from claim4()) when by_tid: then log_timers_fire_v2 gets every row's address."""
         seg_t, seg_q, seg_p, seg_c, seg_h, seg_b = [], [], [], [], [], []
         keys, segs, toks = [], [], []
         for i, (tenant, queue, partition, rows) in enumerate(segments, start=1):
@@ -157,11 +158,19 @@ class Queen:
                 keys.append(r["timer_key"])
                 segs.append(i)
                 toks.append(r["claim_token"])
-        return self.fire_raw(seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now, wait)
+        tids = None
+        if by_tid:
+            tids = [r["row_tid"] for _, _, _, rows in segments for r in rows]
+        return self.fire_raw(seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now, wait, tids)
 
-    def fire_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW, wait=None):
+    def fire_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW, wait=None,
+                 tids=None):
         args = (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
                 [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now)
+        if tids is not None:  # log_timers_fire_v2: the rows' addresses as the claim gave them
+            return self.one("SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[],"
+                            " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[])",
+                            args + (True if wait is None else wait, tids))
         sql = ("SELECT queen.log_timers_fire_v1(%s::uuid[], %s::text[], %s::text[], %s::int[],"
                " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s")
         if wait is None:  # the ten-argument call: waits on partitions
@@ -185,6 +194,14 @@ class Queen:
             ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
              [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
              now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
+
+    def claim4(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, claim_id=None, floor=None,
+               tenants=None):
+        """log_timers_claim_v4: the rows of claim_v3 with row_tid, the address (text) of the
+        row version the claim wrote."""
+        return self.all("SELECT * FROM queen.log_timers_claim_v4(NULL, %s, %s, %s, %s,"
+                        " NULL, %s::uuid, NULL, NULL, NULL, %s, %s::uuid[])",
+                        (now, lease_ms, max_rows, per_tenant, str(claim_id or uuid.uuid4()), floor, tenants))
 
     def claim2(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None,
                max_bytes=None, claim_id=None, skip=None):

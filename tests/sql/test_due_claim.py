@@ -258,7 +258,9 @@ def test_hot_path_functions_never_plan_a_sequential_scan(q):
     # A plan made while a table looked empty (a fresh install, a TRUNCATE before
     # autoanalyze) is cached for the session; the fire's dedup probe once ran at 1 s per call
     # that way in the bench (a sequential scan of everything fired). The hot path pins
-    # enable_seqscan off, and its nested helpers inherit the setting.
-    for fn in ("log_timers_claim_v1", "log_timers_claim_v2", "log_timers_due_v1", "log_timers_fire_v1", "log_push_v1"):
+    # enable_seqscan off, and its nested helpers inherit the setting. (log_timers_claim_v3
+    # and log_timers_fire_v1 are wrappers of log_timers_claim_v4 and log_timers_fire_v2.)
+    for fn in ("log_timers_claim_v1", "log_timers_claim_v2", "log_timers_claim_v4", "log_timers_due_v1",
+               "log_timers_due_v2", "log_timers_fire_v2", "log_push_v1"):
         cfg = q.one("SELECT proconfig FROM pg_proc WHERE oid = to_regproc(%s)", ("queen." + fn,))
         assert "enable_seqscan=off" in cfg, (fn, cfg)

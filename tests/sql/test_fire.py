@@ -522,7 +522,7 @@ def _fire_counting_helpers(conn, segments, wait=None):
     with conn.cursor() as cur:
         cur.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions"
                     " WHERE schemaname = 'queen' AND funcname IN"
-                    " ('log_timers_fire_fast_v1', 'log_timers_fire_hold_v1', 'log_timers_fire_settle_v1',"
+                    " ('log_timers_fire_fast_v2', 'log_timers_fire_hold_v1', 'log_timers_fire_settle_v1',"
                     "  'log_dedup_check_v1')")
         calls = dict(cur.fetchall())
     conn.commit()
@@ -538,7 +538,7 @@ def test_fire_takes_the_fast_way_when_nothing_is_in_the_way(q, connections):
         connections(), [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])])
     # The general way (hold, settle) never ran: the answer is the fast way's. Nor did the
     # dedup check: the fast way's append finds a duplicate by itself (optimistic).
-    assert calls.get("log_timers_fire_fast_v1") == 1
+    assert calls.get("log_timers_fire_fast_v2") == 1
     assert "log_timers_fire_hold_v1" not in calls and "log_timers_fire_settle_v1" not in calls
     assert "log_dedup_check_v1" not in calls
     assert [s["status"] for s in res["segments"]] == ["fired", "fired"]
@@ -586,7 +586,7 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
     res, calls = _fire_counting_helpers(
         firer, [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])], wait=wait)
     locker.rollback()
-    assert calls.get("log_timers_fire_fast_v1") == 1 and calls.get("log_timers_fire_hold_v1") == 1
+    assert calls.get("log_timers_fire_fast_v2") == 1 and calls.get("log_timers_fire_hold_v1") == 1
     # The checked append runs once, in the general way.
     assert calls.get("log_dedup_check_v1") == 1
     assert [s["status"] for s in res["segments"]] == expect
@@ -630,7 +630,7 @@ def test_fire_without_wait_answers_every_segment_busy_when_every_partition_is_he
     firer = connections(options="-c statement_timeout=10000")
     res, calls = _fire_counting_helpers(
         firer, [(T1, "q", "p1", [rows["a"], bad]), (T1, "q", "p2", [rows["c"]])], wait=False)
-    assert calls.get("log_timers_fire_fast_v1") == 1
+    assert calls.get("log_timers_fire_fast_v2") == 1
     assert "log_timers_fire_hold_v1" not in calls and "log_timers_fire_settle_v1" not in calls
     assert res["segments"] == [{"status": "busy", "count": 2}, {"status": "busy", "count": 1}]
     assert (res["fired"], res["stale"], res["released"], res["busy"]) == (0, 0, 0, 3)
@@ -733,3 +733,99 @@ def test_refusals_the_fast_way_skips_are_still_raised_and_leave_nothing(q, case)
     assert left == {"a": tok_a, "b": tok_b}
     for table in ("queues", "log_partitions", "log_segments", "log_txns", "log_txn_index"):
         assert q.one("SELECT count(*) FROM queen.%s" % table) == 0, table
+
+
+# ---- The fire by address (schema version 8: log_timers_claim_v4's row_tid, log_timers_fire_v2)
+
+
+def test_claim_v4_gives_each_row_its_address_and_claim_v3_the_same_rows_without(q):
+    sched(q, ["a", "b", "c"])
+    cid = uuid.uuid4()
+    rows = q.claim4(claim_id=cid)
+    assert [r["timer_key"] for r in rows] == ["a", "b", "c"]
+    at = {r["timer_key"]: r["ctid"] for r in q.all("SELECT timer_key, ctid::text FROM queen.log_timers")}
+    # The address of the version the claim wrote (not the one it replaced).
+    assert {r["timer_key"]: r["row_tid"] for r in rows} == at
+    assert all(str(r["claim_token"]) == str(cid) for r in rows)
+    q.exec("UPDATE queen.log_timers SET claim_token = NULL, claimed_until = NULL")
+    v3 = q.all("SELECT * FROM queen.log_timers_claim_v3(NULL, %s, 30000, 200, 50, NULL, %s::uuid,"
+               " NULL, NULL, NULL, NULL, NULL)", (NOW, str(uuid.uuid4())))
+    assert [r["timer_key"] for r in v3] == ["a", "b", "c"]
+    assert "row_tid" not in v3[0] and set(rows[0]) - set(v3[0]) == {"row_tid"}
+
+
+def test_fire_by_address_fires_through_the_fast_way_with_one_tid_scan(q, connections):
+    """Every timer with its address: the fast way deletes the rows found by one TID scan of
+    all the addresses, hash-joined to what the caller names (no descent of the primary key
+    per timer, no nested loop), and fires as by key."""
+    from sqlkit import Queen, nested_plans
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    rows = by_key(q.claim4())
+    segs = [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])]
+    conn = connections()
+    tids = [r["row_tid"] for _, _, _, rs in segs for r in rs]
+    args = ([T1, T1], ["q", "q"], ["p1", "p2"], [2, 1],
+            [psycopg2.Binary(b"".join(txn_hash(r["txn"]) for r in rs)) for _, _, _, rs in segs],
+            [psycopg2.Binary(b"blob") for _ in segs], ["a", "b", "c"], [1, 1, 2],
+            [str(rows[k]["claim_token"]) for k in ("a", "b", "c")], NOW, True, tids)
+    out, plans = nested_plans(
+        conn, "SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::bytea[],"
+              " %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[])", args,
+        like="DELETE FROM queen.log_timers")
+    res = out[0][0]
+    assert [s["status"] for s in res["segments"]] == ["fired", "fired"] and res["fired"] == 3
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    assert len(plans) == 1, plans
+    plan = plans[0]
+    assert "Tid Scan on log_timers" in plan and "ctid = ANY" in plan, plan
+    assert "Nested Loop" not in plan and "log_timers_pkey" not in plan, plan
+    assert "Hash Join" in plan or "Merge Join" in plan, plan
+    # And the answer is the same through Queen.fire (the helper the other tests use).
+    sched(q, ["d"], partition="p1")
+    d = by_key(q.claim4())["d"]
+    assert Queen(conn).fire([(T1, "q", "p1", [d])], by_tid=True)["fired"] == 1
+
+
+@pytest.mark.parametrize("case", ["swapped", "moved", "null", "short"])
+def test_fire_by_address_never_trusts_an_address(q, connections, case):
+    """An address is only a hint. Two addresses swapped (each finds the other timer), a row
+    moved since its claim (a write by hand: a new version at a new address, still claimed),
+    a null address or an array of the wrong length: the fast way by address comes up short
+    or is not tried, and the timers fire by key exactly once, each in its own frame."""
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    rows = by_key(q.claim4())
+    if case == "swapped":
+        rows["a"], rows["b"] = dict(rows["a"], row_tid=rows["b"]["row_tid"]), dict(rows["b"], row_tid=rows["a"]["row_tid"])
+    elif case == "moved":
+        q.exec("UPDATE queen.log_timers SET updated_at = updated_at + interval '1 ms' WHERE timer_key = 'b'")
+        assert q.one("SELECT ctid::text FROM queen.log_timers WHERE timer_key = 'b'") != rows["b"]["row_tid"]
+    elif case == "null":
+        rows["c"] = dict(rows["c"], row_tid=None)
+    segs = [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])]
+    if case == "short":
+        res = q.fire_raw([T1, T1], ["q", "q"], ["p1", "p2"], [2, 1],
+                         [b"".join(txn_hash(r["txn"]) for r in rs) for _, _, _, rs in segs],
+                         [b"blob-1", b"blob-2"], ["a", "b", "c"], [1, 1, 2],
+                         [str(rows[k]["claim_token"]) for k in ("a", "b", "c")],
+                         tids=[rows["a"]["row_tid"], rows["b"]["row_tid"]])
+    else:
+        res = q.fire(segs, by_tid=True)
+    assert [s["status"] for s in res["segments"]] == ["fired", "fired"] and res["fired"] == 3
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    # Each timer once in the log: three index rows, the frames in the caller's order.
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == 3
+    assert sorted(q.one("SELECT array_agg(last_offset) FROM queen.log_partitions")) == [0, 1]
+
+
+def test_fire_by_address_does_not_fire_a_row_that_is_no_longer_ours(q):
+    """The address still holds the row, but it is not ours any more (its lease lapsed and
+    another claim took it): stale, as by key; the other claim fires it."""
+    sched(q, ["a"])
+    mine = by_key(q.claim4(lease_ms=1000))["a"]
+    theirs = by_key(q.claim4(now=NOW + ms(1001)))["a"]
+    res = q.fire([(T1, "q", "Default", [mine])], now=NOW + ms(1002), by_tid=True)
+    assert res["segments"] == [{"status": "stale", "held": 0}]
+    res = q.fire([(T1, "q", "Default", [theirs])], now=NOW + ms(1003), by_tid=True)
+    assert res["fired"] == 1 and q.one("SELECT count(*) FROM queen.log_timers") == 0

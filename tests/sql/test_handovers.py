@@ -221,13 +221,16 @@ def test_every_delete_of_a_claimed_row_checks_the_claim_on_the_row_it_deletes(q)
     inside one statement shows it by behaviour, and PostgreSQL 15.15+ re-checks the TID as
     well, so the statement's text is what is asserted here; the behaviour of a stale row is
     asserted by test_fire.py.)"""
-    src = q.one("SELECT prosrc FROM pg_proc WHERE oid = 'queen.log_timers_fire_fast_v1'::regproc")
-    delete = src[src.index("DELETE FROM queen.log_timers"):]
-    delete = delete[:delete.index("RETURNING")]
-    assert "log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition" in delete
+    src = q.one("SELECT prosrc FROM pg_proc WHERE oid = 'queen.log_timers_fire_fast_v2'::regproc")
+    # Both of its deletes: by address (the claim's row_tid) and by key.
+    deletes = src.split("DELETE FROM queen.log_timers")[1:]
+    assert len(deletes) == 2
+    for delete in deletes:
+        delete = delete[:delete.index("RETURNING")]
+        assert "log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition" in delete
     hold = q.one("SELECT prosrc FROM pg_proc WHERE oid = 'queen.log_timers_fire_hold_v1'::regproc")
     assert "log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition" in hold
-    for fn in ("log_timers_fire_fast_v1", "log_timers_fire_hold_v1"):
+    for fn in ("log_timers_fire_fast_v2", "log_timers_fire_hold_v1"):
         body = q.one("SELECT prosrc FROM pg_proc WHERE oid = %s::regproc", ("queen." + fn,))
         assert "claim_token =" not in body and "claimed_until >" not in body, fn
 

@@ -98,7 +98,7 @@ def test_sweeper_can_call_everything_it_uses(q, as_sweeper):
         sql, args = SWEEPER_CALLS[name]
         as_sweeper.exec(sql, args)
     assert as_sweeper.one("SELECT queen.switch_enabled_v1('timers_fire_enabled', true)") is True
-    assert as_sweeper.one("SELECT queen.schema_version_v1()") == 7
+    assert as_sweeper.one("SELECT queen.schema_version_v1()") == 8
 
 
 def test_broker_can_call_everything_it_uses(as_broker):
@@ -106,7 +106,7 @@ def test_broker_can_call_everything_it_uses(as_broker):
         sql, args = BROKER_CALLS[name]
         as_broker.exec(sql, args)
     assert as_broker.one("SELECT queen.switch_enabled_v1('timers_schedule_enabled', true)") is True
-    assert as_broker.one("SELECT queen.schema_version_v1()") == 7
+    assert as_broker.one("SELECT queen.schema_version_v1()") == 8
 
 
 def test_a_timer_goes_through_with_each_role_doing_its_part(q, as_broker, as_sweeper):
@@ -148,9 +148,9 @@ def test_grants_are_exact(q):
             "   AND has_function_privilege(%s, p.oid, 'EXECUTE')", (role,)))
     assert executable("queen_sweeper") == sorted([
         "kv_expire_step_v1", "kv_usage_step_v1", "log_timers_claim_v1", "log_timers_claim_v2",
-        "log_timers_claim_v3", "log_timers_below_floor_v1",
+        "log_timers_claim_v3", "log_timers_claim_v4", "log_timers_below_floor_v1",
         "log_timers_dlq_v1", "log_timers_due_v1", "log_timers_due_v2", "log_timers_fail_v1", "log_timers_fail_v2",
-        "log_timers_fire_v1", "log_timers_release_v1", "log_timers_release_claims_v1",
+        "log_timers_fire_v1", "log_timers_fire_v2", "log_timers_release_v1", "log_timers_release_claims_v1",
         "log_timers_release_v2", "log_timers_release_claims_v2",
         "log_timers_in_doubt_v1",
         "schema_version_v1", "switch_enabled_v1"])
@@ -192,10 +192,10 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
     definer = sorted(r["proname"] for r in rows if r["prosecdef"])
     assert definer == sorted(set(
         ["kv_expire_step_v1", "kv_usage_step_v1", "log_timers_claim_v1", "log_timers_claim_v2",
-         "log_timers_claim_v3", "log_timers_below_floor_v1", "log_timers_due_v2",
+         "log_timers_claim_v3", "log_timers_claim_v4", "log_timers_below_floor_v1", "log_timers_due_v2",
          "log_timers_release_v2", "log_timers_release_claims_v2",
          "log_timers_dlq_v1", "log_timers_due_v1", "log_timers_fail_v1", "log_timers_fail_v2",
-         "log_timers_fire_v1", "log_timers_release_v1", "log_timers_release_claims_v1",
+         "log_timers_fire_v1", "log_timers_fire_v2", "log_timers_release_v1", "log_timers_release_claims_v1",
         "log_timers_in_doubt_v1",
          "schema_version_v1", "switch_enabled_v1", "kv_delete_v1", "kv_get_v1", "kv_put_v1",
          "log_push_v1", "log_read_v1", "log_timers_apply_v1", "log_timers_list_v1",
@@ -203,9 +203,9 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
 
 
 def test_schema_version_and_its_table(q):
-    assert q.one("SELECT queen.schema_version_v1()") == 7
+    assert q.one("SELECT queen.schema_version_v1()") == 8
     row = q.all("SELECT component, version FROM queen.schema_info")
-    assert row == [{"component": "queen-sweeper", "version": 7}]
+    assert row == [{"component": "queen-sweeper", "version": 8}]
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def test_apply_by_an_owner_without_createrole(q, connections):
         apply_schema(conn)                               # and again: idempotent
         assert any("ownership left as it is" in n for n in conn.notices[notices_before:]), conn.notices
         own = Queen(conn)
-        assert own.one("SELECT queen.schema_version_v1()") == 7
+        assert own.one("SELECT queen.schema_version_v1()") == 8
         assert own.one("SELECT count(*) FROM pg_proc p, aclexplode(coalesce(p.proacl,"
                        " acldefault('f', p.proowner))) a WHERE p.pronamespace = 'queen'::regnamespace"
                        " AND a.grantee = 0") == 0

@@ -106,6 +106,16 @@ TEST(Decode, ParseI64AcceptsExactlyPostgresIntegers) {
         EXPECT_FALSE(qsw::parse_i64(bad, v)) << bad;
 }
 
+TEST(Decode, TidTextAcceptsExactlyPostgresAddresses) {
+    // Both ends of both fields.
+    for (const char *good : {"(0,1)", "(0,65535)", "(4294967295,1)", "(12,3)"})
+        EXPECT_TRUE(qsw::is_tid_text(good)) << good;
+    for (const char *bad : {"", "()", "(,)", "(0,0)", "(0,65536)", "(4294967296,1)", "(-1,1)", "(1,-1)",
+                            "0,1", "(0,1", "0,1)", "(0;1)", "(0,1,2)", "( 0,1)", "(0,1 )", "(+1,1)",
+                            "(00000000000,1)", "(1,2)x", "x(1,2)"})
+        EXPECT_FALSE(qsw::is_tid_text(bad)) << bad;
+}
+
 TEST(Decode, ByteaEscapeOutputIsRefusedNotEmptied) {
     std::string out = "sentinel";
     EXPECT_FALSE(qsw::pg_bytea_from_text("abc\\000", out));  // bytea_output = escape
