@@ -485,11 +485,7 @@ BEGIN
             RAISE EXCEPTION 'busy' USING ERRCODE = 'QSF01';
         END IF;
 
-        -- Found by key under this statement's snapshot, deleted by address, and the claim
-        -- checked again on the row the DELETE writes: a row changed since (a reschedule
-        -- after a lapsed lease, another claim, a cancel) is re-read by the DELETE and judged
-        -- by log_timers_ours_v1 as it is now, so it is not deleted and the count below comes
-        -- up short. The statement is right by itself, on any minor version and any plan.
+        -- The rows, deleted under a 1 ms lock_timeout (a DELETE cannot skip a locked row).
         PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
         IF v_by_tid THEN
             -- By address (the claim's row_tid): one TID scan of every address at once, in
@@ -498,8 +494,9 @@ BEGIN
             -- no longer at its address is not found, and the count below comes up short.
             -- A hash join of the rows found to the caller's arrays (enable_nestloop off:
             -- a nested loop would scan every address once per timer, or the arrays once
-            -- per row): 4-6x cheaper than a descent of the primary key per timer
-            -- (tests/bench/README.md, fourth pass).
+            -- per row): about 3x cheaper than a descent of the primary key per timer
+            -- (tests/bench/README.md, fourth pass). The same check on the row the DELETE
+            -- writes as below: a row changed since is judged as it is now.
             PERFORM pg_catalog.set_config('enable_nestloop', 'off', true);
             WITH f AS MATERIALIZED (
                 SELECT u.tid, u.k, u.tok, p_seg_tenants[u.s] AS tn, p_seg_queues[u.s] AS q,
@@ -517,25 +514,30 @@ BEGIN
             SELECT count(*) INTO v_deleted FROM d;
             PERFORM pg_catalog.set_config('enable_nestloop', v_nl, true);
         ELSE
-        WITH f AS MATERIALIZED (
-            SELECT x.tid, u.tok, p_seg_partitions[u.s] AS part
-              FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) AS u(k, s, tok)
-             CROSS JOIN LATERAL (
-                   SELECT t2.ctid AS tid
-                     FROM queen.log_timers t2
-                    WHERE t2.tenant_id = p_seg_tenants[u.s]
-                      AND t2.queue = p_seg_queues[u.s]
-                      AND t2.timer_key = u.k
-                      AND queen.log_timers_ours_v1(t2.claim_token, t2.claimed_until, t2.partition,
-                                                   u.tok, p_seg_partitions[u.s], p_now)
-                    LIMIT 1) x
-        ), d AS (
-            DELETE FROM queen.log_timers AS t
-             USING f
-             WHERE t.ctid = f.tid
-               AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition, f.tok, f.part, p_now)
-            RETURNING 1)
-        SELECT count(*) INTO v_deleted FROM d;
+            -- Found by key under this statement's snapshot, deleted by address, and the claim
+            -- checked again on the row the DELETE writes: a row changed since (a reschedule
+            -- after a lapsed lease, another claim, a cancel) is re-read by the DELETE and judged
+            -- by log_timers_ours_v1 as it is now, so it is not deleted and the count below comes
+            -- up short. The statement is right by itself, on any minor version and any plan.
+            WITH f AS MATERIALIZED (
+                SELECT x.tid, u.tok, p_seg_partitions[u.s] AS part
+                  FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens) AS u(k, s, tok)
+                 CROSS JOIN LATERAL (
+                       SELECT t2.ctid AS tid
+                         FROM queen.log_timers t2
+                        WHERE t2.tenant_id = p_seg_tenants[u.s]
+                          AND t2.queue = p_seg_queues[u.s]
+                          AND t2.timer_key = u.k
+                          AND queen.log_timers_ours_v1(t2.claim_token, t2.claimed_until, t2.partition,
+                                                       u.tok, p_seg_partitions[u.s], p_now)
+                        LIMIT 1) x
+            ), d AS (
+                DELETE FROM queen.log_timers AS t
+                 USING f
+                 WHERE t.ctid = f.tid
+                   AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition, f.tok, f.part, p_now)
+                RETURNING 1)
+            SELECT count(*) INTO v_deleted FROM d;
         END IF;
         PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
         IF v_deleted <> coalesce(cardinality(p_timer_keys), 0) THEN
