@@ -26,6 +26,18 @@ def by_key(rows):
     return {r["timer_key"]: r for r in rows}
 
 
+def hold_partitions(q, connections, provision, held):
+    """Provisions the partitions named in provision (tenant T1, queue q), then holds those in
+    held FOR UPDATE the way another broker's fire would; returns the holder (roll it back)."""
+    for name in provision:
+        q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', %s)", (T1, name))
+    locker = connections()
+    locker.autocommit = False
+    with locker.cursor() as cur:
+        cur.execute("SELECT 1 FROM queen.log_partitions WHERE name = ANY (%s) FOR UPDATE", (list(held),))
+    return locker
+
+
 def test_fire_appends_a_segment_and_deletes_its_timers(q):
     sched(q, ["a", "b", "c"])
     rows = q.claim()
@@ -219,13 +231,7 @@ def test_fire_without_wait_skips_held_partitions_and_keeps_their_claims(q, conne
     sched(q, ["a"], partition="p1")
     sched(q, ["b"], partition="p2")
     rows = by_key(q.claim())
-    # Provision both partitions, then hold p1 the way another broker's fire would.
-    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p1')", (T1,))
-    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p2')", (T1,))
-    locker = connections()
-    locker.autocommit = False
-    with locker.cursor() as cur:
-        cur.execute("SELECT 1 FROM queen.log_partitions WHERE name = 'p1' FOR UPDATE")
+    locker = hold_partitions(q, connections, ["p1", "p2"], ["p1"])
     from sqlkit import Queen
     firer = Queen(connections(options="-c statement_timeout=10000"))
     res = firer.fire([(T1, "q", "p1", [rows["a"]]), (T1, "q", "p2", [rows["b"]])], wait=False)
@@ -620,12 +626,7 @@ def test_fire_without_wait_answers_every_segment_busy_when_every_partition_is_he
     sched(q, ["a", "b"], partition="p1")
     sched(q, ["c"], partition="p2")
     rows = by_key(q.claim())
-    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p1')", (T1,))
-    q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', 'p2')", (T1,))
-    locker = connections()
-    locker.autocommit = False
-    with locker.cursor() as cur:
-        cur.execute("SELECT 1 FROM queen.log_partitions WHERE name IN ('p1', 'p2') FOR UPDATE")
+    locker = hold_partitions(q, connections, ["p1", "p2"], ["p1", "p2"])
     bad = dict(rows["b"], claim_token=str(uuid.uuid4()))
     firer = connections(options="-c statement_timeout=10000")
     res, calls = _fire_counting_helpers(
