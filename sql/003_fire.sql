@@ -1,5 +1,6 @@
--- 003_fire.sql: the fire (queen.log_timers_fire_v2, and _v1 without addresses): claimed timers appended to the log as
--- segments, with the per-queue dedup window applied, and their rows deleted or released.
+-- 003_fire.sql: the fire (queen.log_timers_fire_v2, and _v1 without addresses): claimed
+-- timers appended to the log as segments, with the per-queue dedup window applied, and
+-- their rows deleted or released.
 --
 -- Idempotent and lock-free on re-apply, like 001 (see its header). Needs 001 (the log
 -- tables, provisioning and the append) and 002 (queen.log_timers). Takes the caller's
@@ -428,8 +429,9 @@ $fn$;
 -- addresses of p_timer_tids when every timer has one (the claim's row_tid; each row found
 -- at its address is also checked to be the timer named for it: tenant, queue, key), else
 -- each by its primary key and deleted by its address with the check applied again to the
--- row deleted; then the append with the dedup window, optimistically (log_append_dedup_v1 without its
--- check first: a duplicate is found by the append itself and undoes this way). It answers
+-- row deleted; then the append with the dedup window, optimistically (log_append_dedup_v1
+-- without its check first: a duplicate is found by the append itself and undoes this way).
+-- It answers
 -- when every segment was fired (every partition locked, every named row deleted, no
 -- segment a duplicate), and when every segment is busy (p_wait false and every partition
 -- held by someone else: nothing taken, rows untouched and still claimed; the general way
