@@ -465,10 +465,13 @@ def test_a_real_prometheus_evaluates_the_rules_on_real_scrapes(healthy_sweeper, 
             f"alerts by instance: {got}; healthy {good.address}, broken {bad.address}\n"
             f"healthy stats: {healthy_sweeper.stats()}")
 
-        # Every dashboard query answers with data from these scrapes.
+        # Every dashboard query answers with data from these scrapes. A rate() needs two
+        # samples of a counter that moved within its window, and the broken sweeper's errors
+        # come with its backoff: each query is polled until it answers (a gate once caught
+        # the error rate between two increments), and fails as before if it never does.
         for expr in dashboard_exprs():
-            res = prom.api("query", query=concrete(expr))
-            assert res["result"], f"dashboard query returned nothing: {concrete(expr)}"
+            wait_for(lambda: prom.api("query", query=concrete(expr))["result"], 60, 0.5,
+                     f"dashboard query to return something: {concrete(expr)}")
         for q in dashboard_variable_queries():
             m = re.fullmatch(r"label_values\((.+), (\w+)\)", q)
             assert m, f"variable query {q!r}"
