@@ -2,19 +2,31 @@
 
 namespace qsw {
 
-std::string pg_text_array(const std::vector<std::string> &items) {
-    std::string s = "{";
-    for (size_t i = 0; i < items.size(); ++i) {
-        if (i) s += ',';
-        s += '"';
-        for (char c : items[i]) {
-            if (c == '"' || c == '\\') s += '\\';
-            s += c;
-        }
-        s += '"';
+// Each element double-quoted, with `"` and `\` escaped: runs without either are copied
+// whole.
+void TextArrayLiteral::add(std::string_view item) {
+    if (any_) s_ += ',';
+    any_ = true;
+    s_ += '"';
+    size_t from = 0;
+    for (size_t at; (at = item.find_first_of("\"\\", from)) != std::string_view::npos; from = at + 1) {
+        s_.append(item, from, at - from);
+        s_ += '\\';
+        s_ += item[at];
     }
-    s += '}';
-    return s;
+    s_.append(item, from);
+    s_ += '"';
+}
+
+std::string TextArrayLiteral::finish() && {
+    s_ += '}';
+    return std::move(s_);
+}
+
+std::string pg_text_array(const std::vector<std::string> &items) {
+    TextArrayLiteral a;
+    for (const std::string &item : items) a.add(item);
+    return std::move(a).finish();
 }
 
 std::string pg_int_array(const std::vector<int64_t> &items) {

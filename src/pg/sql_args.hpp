@@ -14,6 +14,19 @@ namespace qsw {
 constexpr Oid kByteaArrayOid = 1001;
 
 std::string pg_text_array(const std::vector<std::string> &items);
+// The same literal built element by element, for a caller whose elements are not already
+// in one vector (the fire's keys, tokens and addresses, one per claimed row).
+class TextArrayLiteral {
+public:
+    TextArrayLiteral() : s_("{") {}
+    void reserve(size_t bytes) { s_.reserve(bytes); }
+    void add(std::string_view item);
+    std::string finish() &&;  // the literal; the builder is spent
+
+private:
+    std::string s_;
+    bool any_ = false;
+};
 std::string pg_int_array(const std::vector<int64_t> &items);
 std::string pg_bytea_array_binary(const std::vector<std::string_view> &items);
 // A bytea column in text form ("\x0a1b...") back to its bytes.

@@ -229,7 +229,9 @@ Task<void> Sweeper::release_held() {
     if (held_.empty()) co_return;
     std::vector<RowRef> rows;
     rows.reserve(held_.size());
-    for (const auto &[k, tok] : held_.all()) rows.push_back(RowRef{std::get<0>(k), std::get<1>(k), std::get<2>(k), tok});
+    held_.for_each([&](std::string_view tenant, std::string_view queue, std::string_view key, std::string_view tok) {
+        rows.push_back(RowRef{std::string(tenant), std::string(queue), std::string(key), std::string(tok)});
+    });
     std::optional<int64_t> n = co_await release_rows(*ctx_, rows, cfg_.stmt_timeout_ms, "release at stop");
     if (!n) {
         log_.warn("could not release " + std::to_string(rows.size()) + " claim(s) at stop; they lapse with their lease");

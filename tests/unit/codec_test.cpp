@@ -590,3 +590,22 @@ TEST(CodecCApi, TxnHashMatchesTheCodec) {
     qs::txn_hash(txn, b);
     EXPECT_EQ(0, std::memcmp(a, b, 16));
 }
+
+// The segment compressor keeps one context per thread: what it writes must not depend on
+// what it compressed before (a long, incompressible segment, then a tiny one, an empty one,
+// a repetitive one), and must be what a fresh ZSTD_compress at the same level writes.
+TEST(Codec, KeptCompressionContextWritesWhatAFreshOneWrites) {
+    std::mt19937 rng(7);
+    std::string noise(3 << 20, '\0');
+    for (char &c : noise) c = static_cast<char>(rng());
+    const std::vector<std::string> inputs = {noise, "x", "", std::string(1 << 20, 'a'), noise.substr(5, 70000),
+                                             "x", std::string(17, 'b')};
+    for (int round = 0; round < 2; ++round)
+        for (const std::string &in : inputs) {
+            std::string fresh(ZSTD_compressBound(in.size()), '\0');
+            const size_t n = ZSTD_compress(fresh.data(), fresh.size(), in.data(), in.size(), qs::kSegmentZstdLevel);
+            ASSERT_FALSE(ZSTD_isError(n));
+            fresh.resize(n);
+            EXPECT_EQ(qs::compress_segment(in), fresh) << "input of " << in.size() << " bytes, round " << round;
+        }
+}

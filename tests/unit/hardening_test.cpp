@@ -116,6 +116,22 @@ TEST(Decode, TidTextAcceptsExactlyPostgresAddresses) {
         EXPECT_FALSE(qsw::is_tid_text(bad)) << bad;
 }
 
+TEST(Encode, TextArrayLiteralQuotesEveryElementAndEscapesOnlyQuoteAndBackslash) {
+    EXPECT_EQ(qsw::pg_text_array({}), "{}");
+    EXPECT_EQ(qsw::pg_text_array({""}), "{\"\"}");  // an empty name is an element, not NULL
+    EXPECT_EQ(qsw::pg_text_array({"NULL", "a,b", "{x}", " s "}), "{\"NULL\",\"a,b\",\"{x}\",\" s \"}");
+    // Escapes at both ends of an element, doubled, and alone.
+    EXPECT_EQ(qsw::pg_text_array({"\"", "\\", "\"a\\", "a\"\"b\\\\"}),
+              "{\"\\\"\",\"\\\\\",\"\\\"a\\\\\",\"a\\\"\\\"b\\\\\\\\\"}");
+    // The builder writes the same literal as the vector form.
+    const std::vector<std::string> items = {"t\"1", "", "q\\", "plain", std::string(100, '"')};
+    qsw::TextArrayLiteral a;
+    for (const auto &i : items) a.add(i);
+    EXPECT_EQ(std::move(a).finish(), qsw::pg_text_array(items));
+    qsw::TextArrayLiteral none;
+    EXPECT_EQ(std::move(none).finish(), "{}");
+}
+
 TEST(Decode, ByteaEscapeOutputIsRefusedNotEmptied) {
     std::string out = "sentinel";
     EXPECT_FALSE(qsw::pg_bytea_from_text("abc\\000", out));  // bytea_output = escape
