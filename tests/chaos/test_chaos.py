@@ -391,6 +391,12 @@ def test_chaos_exactly_once(tmp_path, capsys):
         assert frames_total == N_TIMERS
         assert dlq == 0, f"{dlq} timers dead-lettered"
         assert timers_left == 0
+    except BaseException:
+        # What the brokers said last (their sweepers log warnings and errors), so a failure
+        # in a run nobody watched can be read from its output.
+        with capsys.disabled():
+            print("\nchaos: FAILED; the end of each broker incarnation's log:\n" + brokers.log_tails(25))
+        raise
     finally:
         brokers.stop_all(timeout=5)
         # Leave the database up for the suites that follow, whatever happened here.
