@@ -1,10 +1,11 @@
 #include "codec/packer.hpp"
 
 #include <algorithm>
-#include <map>
+#include <functional>
 #include <stdexcept>
 #include <string_view>
 #include <tuple>
+#include <unordered_map>
 
 #include "codec/codec.hpp"
 
@@ -16,6 +17,17 @@ struct Framed {
     size_t row = 0;
     std::string_view payload;
     size_t frame_bytes = 0;  // the frame plus its 16-byte hash
+};
+
+// Three names of a row (a tuple of views into it) and their hash, for the packer's maps.
+using Names = std::tuple<std::string_view, std::string_view, std::string_view>;
+struct NamesHash {
+    size_t operator()(const Names &n) const {
+        const std::hash<std::string_view> h;
+        size_t x = h(std::get<0>(n));
+        x = x * 1000003u ^ h(std::get<1>(n));
+        return x * 1000003u ^ h(std::get<2>(n));
+    }
 };
 
 FrameView view_of(const ClaimedTimer &t, std::string_view payload) {
@@ -86,10 +98,12 @@ private:
 
     // Decides which rows share a segment and in what order the segments go.
     void place(const std::vector<Framed> &framed) {
-        // Occurrence of each row's txn within its (tenant, queue): 0 for the first.
-        std::map<std::tuple<std::string_view, std::string_view, std::string_view>, size_t> seen;
-        using GroupKey = std::tuple<std::string_view, std::string_view, std::string_view>;
-        std::map<GroupKey, size_t> group_index;
+        // Occurrence of each row's txn within its (tenant, queue): 0 for the first. Hashed,
+        // not ordered: rows of one claim share their tenant and queue, so an ordered map
+        // compared those names in full at every step of every lookup.
+        std::unordered_map<Names, size_t, NamesHash> seen;
+        seen.reserve(framed.size());
+        std::unordered_map<Names, size_t, NamesHash> group_index;
         std::vector<std::vector<const Framed *>> groups;
         // Later occurrences, by occurrence number, each in claim order.
         std::vector<std::vector<const Framed *>> repeats;
@@ -104,7 +118,7 @@ private:
                 continue;
             }
             auto [it, inserted] =
-                group_index.try_emplace(GroupKey{t.tenant, t.queue, t.partition}, groups.size());
+                group_index.try_emplace(Names{t.tenant, t.queue, t.partition}, groups.size());
             if (inserted) groups.emplace_back();
             groups[it->second].push_back(&f);
         }

@@ -25,14 +25,14 @@ Task<void> Recovery::run() {
 
 size_t Recovery::Announced::bytes() const {
     size_t n = hashes.size() + sizeof(Announced);
-    for (const RowRef &r : rows) n += r.timer_key.size() + r.claim_token.size() + sizeof(RowRef);
+    for (const auto &[key, token] : rows) n += key.size() + token.size() + sizeof(rows[0]);
     return n;
 }
 
 void Recovery::remember_fired(const std::vector<ClaimedTimer> &rows, const PackedSegment &seg, int64_t base_offset) {
     Announced a{seg.tenant, seg.queue, seg.partition, seg.hashes, seg.count, base_offset, ctx_.now(), {}};
     a.rows.reserve(seg.rows.size());
-    for (size_t idx : seg.rows) a.rows.push_back(row_ref(rows[idx]));
+    for (size_t idx : seg.rows) a.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
     const size_t bytes = a.bytes();
     // Bounded in time and in bytes: the oldest go first.
     while (!announced_.empty() && (a.at_mono - announced_.front().at_mono > kAnnouncedWindowMs ||
@@ -85,7 +85,7 @@ Task<void> Recovery::check_recent_fires() {
         if (base != a.base) {
             lost_timers += a.count;
             ++lost_segments;
-            back.insert(back.end(), a.rows.begin(), a.rows.end());
+            for (const auto &[key, token] : a.rows) back.push_back(RowRef{a.tenant, a.queue, key, token});
         }
     }
     r = PgResult{};

@@ -78,7 +78,7 @@ private:
         std::string tenant, queue, partition, hashes;
         int64_t count = 0, base = -1;
         uint64_t at_mono = 0;
-        std::vector<RowRef> rows;  // its timers and tokens: handed back if the fire was lost
+        std::vector<std::pair<std::string, std::string>> rows;  // (timer key, claim token): handed back if the fire was lost
         size_t bytes() const;
     };
     struct LostClaim {
