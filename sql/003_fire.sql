@@ -431,15 +431,14 @@ $fn$;
 -- each by its primary key and deleted by its address with the check applied again to the
 -- row deleted; then the append with the dedup window, optimistically (log_append_dedup_v1
 -- without its check first: a duplicate is found by the append itself and undoes this way).
--- It answers
--- when every segment was fired (every partition locked, every named row deleted, no
--- segment a duplicate), and when every segment is busy (p_wait false and every partition
--- held by someone else: nothing taken, rows untouched and still claimed; the general way
--- would have locked every row only to answer the same, and a stale row among them is found
--- by the caller's next call, which waits a little for the partition). Anything else (a
--- partition someone holds with p_wait false, a row missing, moved from its address or not
--- ours, a duplicate, a row someone else holds) undoes the subtransaction,
--- locks and all, and answers null: the caller then takes the general way (hold, append,
+-- It answers when every segment was fired (every partition locked, every named row
+-- deleted, no segment a duplicate), and when every segment is busy (p_wait false and every
+-- partition held by someone else: nothing taken, rows untouched and still claimed; the
+-- general way would have locked every row only to answer the same, and a stale row among
+-- them is found by the caller's next call, which waits a little for the partition).
+-- Anything else (a partition someone holds with p_wait false, a row missing, moved from
+-- its address or not ours, a duplicate, a row someone else holds) undoes the
+-- subtransaction, locks and all, and answers null: the caller then takes the general way (hold, append,
 -- settle), which sorts out busy, stale and duplicate segments. The general way locks every
 -- row (one WAL record each) before deleting it (another); this way writes one per row.
 -- Arguments as checked by log_timers_fire_check_v1.

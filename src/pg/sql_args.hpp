@@ -19,7 +19,6 @@ std::string pg_text_array(const std::vector<std::string> &items);
 class TextArrayLiteral {
 public:
     TextArrayLiteral() : s_("{") {}
-    void reserve(size_t bytes) { s_.reserve(bytes); }
     void add(std::string_view item);
     std::string finish() &&;  // the literal; the builder is spent
 
