@@ -9,6 +9,12 @@
 -- nobody's hands, so it can be cancelled or rescheduled, and it becomes due again when its
 -- visible_at (the later of deliver_at and claimed_until) passes.
 --
+-- Where a row waits (schema version 9): due_at, the instant the walks of the probe and the
+-- claim find it at. For a row in nobody's hands it is visible_at; a claim leaves it where it
+-- was (claim_due keeps it), so that the claim's UPDATE changes no indexed column and stays
+-- on its page (heap-only, HOT), and the walks pass the rows in flight by reading their lease
+-- in the heap. See "The due index" below.
+--
 -- Broker-wide lock order: kv, then log_timers, then advisory locks, then queues, then
 -- log_partitions. No function here takes an advisory lock, and every lock on log_timers
 -- rows taken by the sweeper's functions (claim, fire, fail, dlq, release) is taken with
@@ -31,7 +37,14 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 -- ---------------------------------------------------------------------------------------
 
 -- Storage settings of queen.log_timers.
---   fillfactor = 100 (was 70 by analogy with queen.log_partitions): measured (2026-11-30)
+--   fillfactor = 50 (schema version 9; was 100, and 70 before that): measured (2026-12-02)
+--     (tests/bench/README.md, "Sixth pass"). The claim rewrites every row of a page at once (timers written together come due together), and an
+--     UPDATE is heap-only (HOT: no new index entry, no dead one left behind) only when
+--     the new version fits on the same page and no indexed column changes. Since version 9
+--     the claim changes no indexed column (due_at, below), so half of every page is kept
+--     for the claim's versions: the claim of 2,000 rows took 30-33 ms at 100 with an
+--     indexed visible_at, 12 ms heap-only at 50.
+--   The history of 100 (still true of versions 3-8): measured (2026-11-30)
 --     (tests/soak/README.md). Symptom looked for: HOT updates of the claim, the one update
 --     every timer gets, which free space on the page would keep on it. Observed: 0 HOT of
 --     100000 claims at 70 and at 100 (`tests/soak/measure drain --fillfactor N`), and 0.0 in
@@ -90,9 +103,15 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
     shard         smallint GENERATED ALWAYS AS ((hashtextextended(timer_key, 0) & 63)::smallint) STORED,
     visible_at    timestamptz GENERATED ALWAYS AS
                       (greatest(deliver_at, coalesce(claimed_until, deliver_at))) STORED,
+    -- Schema version 9 (see "The due index" below): claim_due is written by a claim only
+    -- (the row's due_at when it was claimed); due_at is where the row waits in the walks.
+    claim_due     timestamptz,
+    due_at        timestamptz GENERATED ALWAYS AS
+                      (CASE WHEN claim_token IS NOT NULL AND claim_due IS NOT NULL THEN claim_due
+                            ELSE greatest(deliver_at, coalesce(claimed_until, deliver_at)) END) STORED,
     PRIMARY KEY (tenant_id, queue, timer_key)
 ) WITH (
-    fillfactor = 100,
+    fillfactor = 50,
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_insert_scale_factor = 0.01,
@@ -102,49 +121,67 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
     autovacuum_vacuum_cost_delay = 1,
     vacuum_truncate = off
 );
--- A table created while the setting was 70 is moved to 100 once; the check keeps every
--- later apply lock-free (ALTER TABLE ... SET takes SHARE UPDATE EXCLUSIVE). Pages already
--- written keep their free space until rewritten.
+-- The upgrade to schema version 9, once, behind catalog checks (every later apply stays
+-- lock-free): fillfactor 50 (ALTER TABLE ... SET takes SHARE UPDATE EXCLUSIVE), then
+-- claim_due and due_at added in one ALTER TABLE. A stored generated column is computed for
+-- every row, so that ALTER TABLE REWRITES queen.log_timers under an ACCESS EXCLUSIVE lock:
+-- schedules, claims and fires wait for it (README "Upgrading" gives its measured rate and
+-- how to plan it). The rewrite also lays every existing row out at the new fillfactor.
+-- Rows claimed before the upgrade (claim_due null) wait at visible_at, their lease's end,
+-- as they did.
 DO $apply$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_class c
-                WHERE c.oid = 'queen.log_timers'::regclass AND 'fillfactor=70' = ANY (c.reloptions)) THEN
-        ALTER TABLE queen.log_timers SET (fillfactor = 100);
+    IF NOT EXISTS (SELECT 1 FROM pg_class c
+                    WHERE c.oid = 'queen.log_timers'::regclass AND 'fillfactor=50' = ANY (c.reloptions)) THEN
+        ALTER TABLE queen.log_timers SET (fillfactor = 50);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute a
+                    WHERE a.attrelid = 'queen.log_timers'::regclass AND a.attname = 'due_at'
+                      AND NOT a.attisdropped) THEN
+        ALTER TABLE queen.log_timers
+            ADD COLUMN claim_due timestamptz,
+            ADD COLUMN due_at timestamptz GENERATED ALWAYS AS
+                (CASE WHEN claim_token IS NOT NULL AND claim_due IS NOT NULL THEN claim_due
+                      ELSE greatest(deliver_at, coalesce(claimed_until, deliver_at)) END) STORED;
     END IF;
 END
 $apply$;
 
--- The only secondary index: (visible_at). The probe's head is its first entry and its due
--- count a bounded walk from the start; the claim is one ordered walk of it (see the claim).
--- It replaced (shard, visible_at) in schema version 3: the per-shard loop and the global
--- cut-off that index needed cost more than half of every claim (measured in
--- tests/bench/README.md). Both steps below run once, behind catalog checks, so every later
--- apply stays lock-free; the first apply of version 3 builds the new index (SHARE lock:
--- writers wait for the build) and then drops the old one (ACCESS EXCLUSIVE, brief).
+-- The due index (schema version 9): (due_at), and (tenant_id, due_at) for a tenant's own
+-- walk; no other secondary index. due_at is visible_at for a row in nobody's hands, and
+-- for a row in flight the due_at it had when it was claimed (claim_due): a claim changes
+-- no indexed column, so its UPDATE is heap-only when the page has room (fillfactor 50), and
+-- leaves no index entry behind, neither a new one nor, once the row is fired, a second dead
+-- one. What the walks pay instead: the rows in flight stay at the head of the due index
+-- (a claim takes the oldest), and every walk passes them by reading their lease in the
+-- heap (NOT (claim_token IS NOT NULL AND claimed_until > now)): a bounded number, the rows
+-- the brokers hold at once. A row whose lease lapsed waits where it was claimed, in front of
+-- the rows due after it: oldest first. The probe's next instant is the earliest of the first
+-- row in nobody's hands and the earliest lease end of the rows in flight in front of it
+-- (log_timers_due_v2).
+-- Replaced (versions 3-8): (visible_at), which the claim moved every row in (a new entry
+-- per claim, a non-HOT UPDATE on another page: 15 us per row, the largest cost of a fired
+-- timer, tests/bench/README.md "Fifth pass"), and (tenant_id, visible_at) WHERE claim_token
+-- IS NULL (a predicate on a column the claim changes is an indexed column too). Built once,
+-- behind catalog checks (SHARE lock: writers wait for the build; on a large table build
+-- them beforehand with CREATE INDEX CONCURRENTLY under these names, README "Upgrading"),
+-- then the old ones are dropped (ACCESS EXCLUSIVE, brief).
 DO $apply$
 BEGIN
-    IF to_regclass('queen.log_timers_visible_idx') IS NULL THEN
-        CREATE INDEX log_timers_visible_idx ON queen.log_timers (visible_at);
+    IF to_regclass('queen.log_timers_due_idx') IS NULL THEN
+        CREATE INDEX log_timers_due_idx ON queen.log_timers (due_at);
+    END IF;
+    IF to_regclass('queen.log_timers_tenant_due_at_idx') IS NULL THEN
+        CREATE INDEX log_timers_tenant_due_at_idx ON queen.log_timers (tenant_id, due_at);
+    END IF;
+    IF to_regclass('queen.log_timers_visible_idx') IS NOT NULL THEN
+        DROP INDEX queen.log_timers_visible_idx;
+    END IF;
+    IF to_regclass('queen.log_timers_tenant_due_idx') IS NOT NULL THEN
+        DROP INDEX queen.log_timers_tenant_due_idx;
     END IF;
     IF to_regclass('queen.log_timers_shard_visible_idx') IS NOT NULL THEN
         DROP INDEX queen.log_timers_shard_visible_idx;
-    END IF;
-END
-$apply$;
-
--- The second secondary index (schema version 7): (tenant_id, visible_at) over the rows in
--- nobody's hands. It gives each tenant its own oldest-first walk, so that the claim can
--- take a share of a tenant whose due rows sit behind another tenant's backlog in the
--- (visible_at) index (log_timers_claim_v4). Partial on claim_token IS NULL: a claim moves a
--- row out of it (no entry is added by a claim, the claim's write cost is unchanged); a
--- schedule, a release and a failure's backoff put it back. Built once, behind a catalog
--- check (SHARE lock: writers wait for the build; on a large table build it beforehand with
--- CREATE INDEX CONCURRENTLY under this name, README "Upgrading").
-DO $apply$
-BEGIN
-    IF to_regclass('queen.log_timers_tenant_due_idx') IS NULL THEN
-        CREATE INDEX log_timers_tenant_due_idx ON queen.log_timers (tenant_id, visible_at)
-         WHERE claim_token IS NULL;
     END IF;
 END
 $apply$;
@@ -842,9 +879,7 @@ $fn$;
 -- exists. due: rows with visible_at <= now, counted up to cap (null cap = 2000);
 -- dueCapped: more than cap exist. lateMs: now - smallest visible_at when due > 0, else 0.
 -- fireEnabled = timers_fire_enabled AND NOT maintenance_mode.
--- The minimum is the first entry of the (visible_at) index (with a shard filter, the first
--- entry of those shards), never a scan; the count is a walk from the index's start that
--- stops at cap + 1 rows.
+-- Since schema version 9: log_timers_due_v2 with no floor and no horizon (see there).
 -- Locks: none (no row locks; ACCESS SHARE on the table).
 -- SET enable_seqscan = off: every table this call touches is reached through an index, and
 -- must stay so whatever the statistics say. A plan made while a table looked empty (a
@@ -857,57 +892,15 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET enable_seqscan = off
 AS $fn$
-DECLARE
-    v_shards int2[];
-    v_all    boolean;
-    v_cap    int := greatest(coalesce(p_cap, 2000), 0);
-    v_head   timestamptz;
-    v_due    bigint;
-    v_fire   boolean;
-    v_maint  boolean;
 BEGIN
+    -- Schema version 9: log_timers_due_v2 from the index's head (no floor, no horizon),
+    -- which walks the due index past the rows in flight (see "The due index"); the same
+    -- answer, without the keys version 2 added. (PL/pgSQL: version 2 is defined below.)
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_due_v1: now must not be null' USING ERRCODE = '22023';
     END IF;
-    SELECT array_agg(DISTINCT s) INTO v_shards
-      FROM unnest(coalesce(p_shards, queen.all_shards_v1())) AS s
-     WHERE s BETWEEN 0 AND 63;
-    v_all := coalesce(cardinality(v_shards), 0) = 64;
-
-    IF v_all OR v_shards IS NOT NULL THEN
-        SELECT t.visible_at INTO v_head
-          FROM queen.log_timers t
-         WHERE v_all OR t.shard = ANY (v_shards)
-         ORDER BY t.visible_at
-         LIMIT 1;
-    END IF;
-
-    IF v_head IS NOT NULL AND v_head <= p_now THEN
-        SELECT count(*) INTO v_due
-          FROM (SELECT 1
-                  FROM queen.log_timers t
-                 WHERE t.visible_at <= p_now AND (v_all OR t.shard = ANY (v_shards))
-                 LIMIT v_cap::bigint + 1) d;
-    ELSE
-        v_due := 0;
-    END IF;
-
-    v_fire := queen.switch_enabled_v1('timers_fire_enabled', true);
-    v_maint := queen.switch_enabled_v1('maintenance_mode', false);
-
-    RETURN jsonb_build_object(
-        'now', p_now,
-        'nowMs', queen.epoch_ms_v1(p_now),
-        'nextInMs', CASE WHEN v_head IS NULL THEN NULL
-                         ELSE greatest(0, ceil(extract(epoch FROM (v_head - p_now)) * 1000))::bigint END,
-        'due', least(v_due, v_cap),
-        'dueCapped', v_due > v_cap,
-        'lateMs', CASE WHEN v_due > 0
-                       THEN floor(extract(epoch FROM (p_now - v_head)) * 1000)::bigint
-                       ELSE 0 END,
-        'fireEnabled', v_fire AND NOT v_maint,
-        'maintenance', v_maint,
-        'scheduleEnabled', queen.switch_enabled_v1('timers_schedule_enabled', true));
+    RETURN queen.log_timers_due_v2(p_shards, p_now, p_cap, NULL::timestamptz, NULL::int)
+           - 'floor' - 'floorMs' - 'beyond' - 'tenants';
 END
 $fn$;
 
@@ -1025,16 +1018,16 @@ BEGIN
 
     RETURN QUERY
     WITH pool AS MATERIALIZED (
-        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv,
+        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.due_at AS cv,
                octet_length(t.payload)::bigint AS cb
           FROM queen.log_timers t
-         WHERE t.visible_at <= p_now
+         WHERE t.due_at <= p_now
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
            AND (v_all OR t.shard = ANY (p_shards))
            AND (NOT v_skip OR NOT EXISTS (
                    SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
                     WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
-         ORDER BY t.visible_at
+         ORDER BY t.due_at
          LIMIT v_pool_cap
            FOR UPDATE SKIP LOCKED
     ), ranked AS (
@@ -1055,6 +1048,7 @@ BEGIN
         UPDATE queen.log_timers AS t
            SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
                claimed_until = p_now + p_lease_ms * interval '1 millisecond',
+               claim_due = t.due_at,  -- due_at stays where it was: no indexed column changes
                updated_at = p_now
          -- By the row's address (a TID scan): the row is locked by this statement, so its
          -- address cannot change under us, and the planner can never turn this into a
@@ -1154,8 +1148,10 @@ DECLARE
     v_all     boolean;
     v_cap     int := greatest(coalesce(p_cap, 2000), 0);
     v_until   timestamptz;
+    v_first   timestamptz;
     v_head    timestamptz;
     v_head_tn uuid;
+    v_lease   timestamptz;
     v_due     bigint := 0;
     v_floor   timestamptz;
     v_tenants uuid[];
@@ -1173,19 +1169,43 @@ BEGIN
                     ELSE p_now + greatest(p_horizon_ms, 0) * interval '1 millisecond' END;
 
     IF v_all OR v_shards IS NOT NULL THEN
-        SELECT t.visible_at, t.tenant_id INTO v_head, v_head_tn
+        -- The first live row at or after the floor, in flight or not: the floor's h.
+        SELECT t.due_at INTO v_first
           FROM queen.log_timers t
-         WHERE t.visible_at >= v_from AND t.visible_at <= v_until
+         WHERE t.due_at >= v_from AND t.due_at <= v_until
            AND (v_all OR t.shard = ANY (v_shards))
-         ORDER BY t.visible_at
+         ORDER BY t.due_at
          LIMIT 1;
+    END IF;
+
+    IF v_first IS NOT NULL THEN
+        -- The first row in nobody's hands: the rows in flight at the head are passed by
+        -- their lease (a bounded number: what the brokers hold at once).
+        SELECT t.due_at, t.tenant_id INTO v_head, v_head_tn
+          FROM queen.log_timers t
+         WHERE t.due_at >= v_first AND t.due_at <= v_until
+           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+           AND (v_all OR t.shard = ANY (v_shards))
+         ORDER BY t.due_at
+         LIMIT 1;
+        IF v_head IS NULL OR v_head > p_now THEN
+            -- Nothing due in nobody's hands: the earliest lease end of the rows in flight
+            -- (claimed at or before now, so all of them sit at a due_at <= now) is an
+            -- instant something may come due (a broker that dies lets its lease lapse).
+            SELECT min(t.claimed_until) INTO v_lease
+              FROM queen.log_timers t
+             WHERE t.due_at >= v_first AND t.due_at <= least(coalesce(v_head, v_until), p_now)
+               AND t.claim_token IS NOT NULL AND t.claimed_until > p_now
+               AND (v_all OR t.shard = ANY (v_shards));
+        END IF;
     END IF;
 
     IF v_head IS NOT NULL AND v_head <= p_now THEN
         SELECT count(*) INTO v_due
           FROM (SELECT 1
                   FROM queen.log_timers t
-                 WHERE t.visible_at >= v_from AND t.visible_at <= p_now
+                 WHERE t.due_at >= v_head AND t.due_at <= p_now
+                   AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                    AND (v_all OR t.shard = ANY (v_shards))
                  LIMIT v_cap::bigint + 1) d;
         IF v_due > v_cap THEN
@@ -1193,9 +1213,10 @@ BEGIN
               FROM (SELECT DISTINCT r.tenant_id
                       FROM (SELECT t.tenant_id
                               FROM queen.log_timers t
-                             WHERE t.visible_at >= v_from AND t.visible_at <= p_now
+                             WHERE t.due_at >= v_head AND t.due_at <= p_now
+                               AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                                AND (v_all OR t.shard = ANY (v_shards))
-                             ORDER BY t.visible_at DESC
+                             ORDER BY t.due_at DESC
                              LIMIT least(v_cap, 512)) r
                      WHERE r.tenant_id IS DISTINCT FROM v_head_tn
                      LIMIT 64) x;
@@ -1203,7 +1224,7 @@ BEGIN
     END IF;
 
     v_floor := CASE WHEN v_all
-                    THEN least(coalesce(v_head, 'infinity'::timestamptz),
+                    THEN least(coalesce(v_first, 'infinity'::timestamptz),
                                v_t0 - queen.log_timers_floor_slack_v1(),
                                -- with a bounded search, nothing is known past its end
                                v_until)
@@ -1218,9 +1239,9 @@ BEGIN
     RETURN jsonb_build_object(
         'now', p_now,
         'nowMs', queen.epoch_ms_v1(p_now),
-        'nextInMs', CASE WHEN v_head IS NULL THEN NULL
-                         ELSE greatest(0, ceil(extract(epoch FROM (v_head - p_now)) * 1000))::bigint END,
-        'beyond', v_head IS NULL AND p_horizon_ms IS NOT NULL,
+        'nextInMs', CASE WHEN coalesce(v_head, v_lease) IS NULL THEN NULL
+                         ELSE greatest(0, ceil(extract(epoch FROM (least(v_head, v_lease) - p_now)) * 1000))::bigint END,
+        'beyond', coalesce(v_head, v_lease) IS NULL AND p_horizon_ms IS NOT NULL,
         'due', least(v_due, v_cap),
         'dueCapped', v_due > v_cap,
         'lateMs', CASE WHEN v_due > 0
@@ -1247,10 +1268,10 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET enable_seqscan = off
 AS $fn$
-    SELECT queen.epoch_ms_v1(t.visible_at)
+    SELECT queen.epoch_ms_v1(t.due_at)
       FROM queen.log_timers t
-     WHERE t.visible_at < p_floor
-     ORDER BY t.visible_at
+     WHERE t.due_at < p_floor
+     ORDER BY t.due_at
      LIMIT 1
 $fn$;
 
@@ -1351,10 +1372,10 @@ BEGIN
         -- The read below takes a snapshot of its own (a VOLATILE function), after now (the
         -- caller's now(), its transaction's start).
         v_t0 := p_now;
-        SELECT t.visible_at INTO v_head
+        SELECT t.due_at INTO v_head
           FROM queen.log_timers t
-         WHERE t.visible_at >= coalesce(p_floor, '-infinity')
-         ORDER BY t.visible_at
+         WHERE t.due_at >= coalesce(p_floor, '-infinity')
+         ORDER BY t.due_at
          LIMIT 1;
         v_floor := least(coalesce(v_head, 'infinity'::timestamptz), v_t0 - queen.log_timers_floor_slack_v1());
         IF p_floor IS NOT NULL AND v_floor < p_floor THEN
@@ -1365,17 +1386,17 @@ BEGIN
 
     RETURN QUERY
     WITH oldest AS MATERIALIZED (
-        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.visible_at AS cv,
+        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.due_at AS cv,
                t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
           FROM queen.log_timers t
-         WHERE t.visible_at <= p_now
-           AND t.visible_at >= coalesce(v_floor, '-infinity')
+         WHERE t.due_at <= p_now
+           AND t.due_at >= coalesce(v_floor, '-infinity')
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
            AND (v_all OR t.shard = ANY (p_shards))
            AND (NOT v_skip OR NOT EXISTS (
                    SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
                     WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
-         ORDER BY t.visible_at
+         ORDER BY t.due_at
          LIMIT p_max_rows
            FOR UPDATE SKIP LOCKED
     ), shares AS MATERIALIZED (
@@ -1383,17 +1404,17 @@ BEGIN
           FROM unnest(coalesce(v_tenants, '{}'::uuid[])) AS u(tn)
           CROSS JOIN LATERAL (
                 SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck,
-                       t.visible_at AS cv, t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
+                       t.due_at AS cv, t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
                   FROM queen.log_timers t
-                 -- One range of log_timers_tenant_due_idx (see the header: not tenant_id = tn).
-                 WHERE (t.tenant_id, t.visible_at) >= (u.tn, coalesce(v_floor, '-infinity'))
-                   AND (t.tenant_id, t.visible_at) <= (u.tn, p_now)
-                   AND t.claim_token IS NULL
+                 -- One range of log_timers_tenant_due_at_idx (see the header: not tenant_id = tn).
+                 WHERE (t.tenant_id, t.due_at) >= (u.tn, coalesce(v_floor, '-infinity'))
+                   AND (t.tenant_id, t.due_at) <= (u.tn, p_now)
+                   AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                    AND (v_all OR t.shard = ANY (p_shards))
                    AND (NOT v_skip OR NOT EXISTS (
                            SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
                             WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
-                 ORDER BY t.tenant_id, t.visible_at
+                 ORDER BY t.tenant_id, t.due_at
                  LIMIT v_per
                    FOR UPDATE SKIP LOCKED) s
     ), pool AS MATERIALIZED (
@@ -1428,7 +1449,7 @@ BEGIN
         UPDATE queen.log_timers AS t
            SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
                claimed_until = p_now + p_lease_ms * interval '1 millisecond',
-               updated_at = p_now
+               claim_due = t.due_at, updated_at = p_now  -- due_at unchanged: no indexed column changes
          -- By the row's address, as in log_timers_claim_v2.
          WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
@@ -1776,7 +1797,13 @@ BEGIN
     WITH held AS (
         SELECT t.ctid AS tid
           FROM queen.log_timers t
-         WHERE t.visible_at BETWEEN p_lease_from AND p_lease_to
+         -- A claim's rows wait at the due_at they had when claimed (schema version 9),
+         -- at or before the claim's now, so at or before the window's end: a walk of the
+         -- due index from its head to there, checking each row's lease (claim_token, and
+         -- claimed_until in the window). Rows claimed under version 8 or earlier wait at
+         -- their lease's end, inside the same range.
+         WHERE t.due_at <= p_lease_to
+           AND t.claimed_until BETWEEN p_lease_from AND p_lease_to
            AND t.claim_token = ANY (p_claims)
            FOR UPDATE SKIP LOCKED
     ), upd AS (

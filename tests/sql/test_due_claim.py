@@ -59,7 +59,9 @@ def test_probe_sees_claims_and_backoff_as_not_due(q):
     d = q.due()
     assert d["due"] == 0 and d["nextInMs"] == 2000    # a's backoff ends first
     d = q.due(now=NOW + ms(5000))
-    assert d["due"] == 2 and d["lateMs"] == 3000      # b's lease lapsed too
+    # b's lease lapsed too; since schema version 9 a lapsed row waits where it was claimed
+    # (its due_at), so the lateness is counted from b's own due instant, not its lease's end.
+    assert d["due"] == 2 and d["lateMs"] == 5000
 
 
 def test_probe_switches(q):
@@ -81,14 +83,18 @@ def test_probe_is_one_index_walk_not_a_scan(q, db):
     d = out[0][0]
     assert d["due"] == 20 and d["nextInMs"] == 0
     walks = [p for p in plans if "FROM queen.log_timers t" in p]
-    assert len(walks) == 2, plans
+    # Schema version 9: the first live row (the floor's), the first row in nobody's hands,
+    # and the count. Nothing is in flight, so no walk for the earliest lease end.
+    assert len(walks) == 3, plans
     for plan in walks:
         assert "Seq Scan on log_timers" not in plan, plan
-        assert "log_timers_visible_idx" in plan, plan
-    # The head is the index's first entry (one row read), the count stops at the due rows:
-    # neither reads the 6,000 rows due later.
-    head = [p for p in walks if "LIMIT 1" in p][0]
-    assert "rows=1 loops=1" in head, head
+        assert "log_timers_due_idx" in plan, plan
+    # Each head is the index's first entry (one row read), the count stops at the due rows:
+    # none reads the 6,000 rows due later.
+    heads = [p for p in walks if "LIMIT 1" in p]
+    assert len(heads) == 2, walks
+    for head in heads:
+        assert "rows=1 loops=1" in head, head
     count = [p for p in walks if "count(*)" in p][0]
     assert "rows=20 loops=1" in count, count
 
@@ -104,7 +110,7 @@ def test_claim_is_one_ordered_index_walk(q, db):
     assert len(walk) == 1, plans
     plan = walk[0]
     assert "Seq Scan on log_timers" not in plan, plan
-    assert "Index Scan using log_timers_visible_idx" in plan, plan
+    assert "Index Scan using log_timers_due_idx" in plan, plan
     # No sort of candidates ahead of the lock: the index order is the claim order, and the
     # walk stops at the pool instead of reading every due row: max_rows here (per_tenant 50
     # >= max_rows 10, so fairness cannot change the choice), 2 * max_rows with it on.

@@ -55,7 +55,11 @@ def test_the_floor_is_the_earliest_live_row_or_now_minus_the_slack(q):
     # a claim answers the same floor, and starts its walk there
     rows = claim3(q, floor=NOW - ms(3600_000))
     assert len(rows) == 3 and {r["floor_ms"] for r in rows} == {d["floorMs"]}
-    # the rows moved to their lease end: the floor is now - slack again
+    # schema version 9: the rows in flight wait where they were claimed (due_at), so they
+    # hold the floor at their instant; once fired (deleted here), it is now - slack again
+    d = due2(q)
+    assert floor_of(d) == NOW - ms(60000) and d["due"] == 0 and d["nextInMs"] == 30000
+    q.exec("DELETE FROM queen.log_timers")
     assert floor_of(due2(q)) == NOW - SLACK
 
 
@@ -125,6 +129,10 @@ def test_the_old_hand_back_leaves_a_row_behind_and_the_walk_from_the_head_finds_
     behind = q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,))
     assert behind == int((NOW - ms(60_000)).timestamp() * 1000)
     assert len(claim3(q, now=NOW, floor=dt.datetime.fromtimestamp(behind / 1000, tz=dt.timezone.utc))) == 1
+    # in flight, the row still waits where it was claimed (schema version 9): still found
+    # behind the floor (were its lease to lapse, this is the walk that would find it again)
+    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) == behind
+    q.exec("DELETE FROM queen.log_timers")  # fired
     assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) is None
 
 
@@ -308,7 +316,7 @@ def test_epoch_ms_is_inlined_and_exact(q):
 
 
 def test_a_named_tenants_share_is_one_range_of_its_own_index_whatever_the_backlog(q):
-    """The share of a named tenant reads its own rows through log_timers_tenant_due_idx, never
+    """The share of a named tenant reads its own rows through log_timers_tenant_due_at_idx, never
     a walk of the (visible_at) index filtered on the tenant: that walk goes through the whole
     of another tenant's backlog first (measured: 333 ms behind 1M rows, 3.8 s behind 10M)."""
     q.exec("""INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn,
@@ -329,5 +337,5 @@ def test_a_named_tenants_share_is_one_range_of_its_own_index_whatever_the_backlo
     plan = "\n".join(plans)
     shares = plan[plan.index("CTE shares"):]
     shares = shares[:shares.index("CTE ", 10)] if "CTE " in shares[10:] else shares
-    assert "Index Scan using log_timers_tenant_due_idx" in shares, shares
+    assert "Index Scan using log_timers_tenant_due_at_idx" in shares, shares
     assert "Rows Removed by Filter: 5" not in shares, shares   # not the other tenant's 50,000
