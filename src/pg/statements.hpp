@@ -72,7 +72,7 @@ inline constexpr const char *kInDoubt =
 enum class InDoubtCol { seg, present, unlocked, base_offset };
 
 // The walk from the index head for rows behind the floor. $1 double precision the floor,
-// Unix ms. One row: the earliest visible_at behind it (Unix ms, or null), and n_dead_tup of
+// Unix ms. One row: the earliest due_at behind it (Unix ms, or null), and n_dead_tup of
 // queen.log_timers (or null: statistics off).
 inline constexpr const char *kFloorHeadWalk =
     "SELECT queen.log_timers_below_floor_v1(to_timestamp($1::double precision / 1000)), "

@@ -5,7 +5,7 @@
 //
 // The floor is an instant (server clock, Unix ms) no live row of queen.log_timers is
 // behind, but a slow transaction's. Each probe and claim starts its walk of the
-// (visible_at) index there, past the dead entries behind it, and answers the floor the
+// due index (due_at, schema version 9) there, past the dead entries behind it, and answers the floor the
 // next one starts from. A walk from the index head, on a clock of its own and never on the
 // drain's path, finds a slow transaction's row behind the floor and lowers the floor to it.
 // One floor per sweeper, in memory: nothing shared, no leader, every broker scans
@@ -13,7 +13,7 @@
 //
 // The tenants: when more rows are due than the probe counts, it names the tenants of the
 // most recently due rows; the claims take a share of each through the (tenant_id,
-// visible_at) index, so a small tenant behind another tenant's backlog is served in the
+// due_at) index, so a small tenant behind another tenant's backlog is served in the
 // next claim, and keep naming a tenant while its rows keep coming.
 //
 // The decisions are pure functions (below the class), tested at both ends

@@ -204,7 +204,7 @@ void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mo
     // The claim's now() was taken on the server between its send and now (the loss). On the
     // server's clock, as the last probe relates it to the loop's: S(m) lies within
     // [probe_now + m - probe_got, probe_now + m - probe_sent]. Two seconds more each side
-    // for the clocks' drift since. Every row of the claim sits at visible_at = now() + lease.
+    // for the clocks' drift since. Every row of the claim has claimed_until = now() + lease.
     constexpr int64_t kSlackMs = 2000;
     const uint64_t lost = ctx_.now();
     const int64_t lo = server_now_unix_ms_ + static_cast<int64_t>(sent_mono) - static_cast<int64_t>(server_now_got_mono_);
