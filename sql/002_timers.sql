@@ -926,13 +926,14 @@ $drop$;
 --            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
 --            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
 --            attempts int)
--- Takes due rows (visible_at <= now and in nobody's hands), the globally oldest first, in
--- ONE walk of the visible_at index: candidates are taken in visible_at order, FOR UPDATE
+-- Takes due rows (due_at <= now and in nobody's hands), the globally oldest first, in
+-- ONE walk of the due index (due_at, schema version 9; visible_at before): candidates are
+-- taken in due_at order, FOR UPDATE
 -- SKIP LOCKED, up to a pool of 2 * max_rows (max_rows when per_tenant >= max_rows or is
 -- null/< 1, where fairness cannot change the choice). shards: null = every shard (the
 -- sweeper's case); a non-null array restricts the walk to rows of those shards (a filter,
 -- not an order: the walk is oldest-first whatever the array's order). From the pool,
--- rows are chosen ordered by (ceil(rank within tenant / per_tenant), visible_at): each
+-- rows are chosen ordered by (ceil(rank within tenant / per_tenant), due_at): each
 -- tenant gets per_tenant rows before any tenant gets more, and when the other tenants
 -- have nothing the remainder still fills (work-conserving). Fairness holds within the
 -- pool; the index has no tenant in it, so a tenant whose rows are all younger than another
@@ -949,14 +950,14 @@ $drop$;
 -- of every other partition come first instead. The walk passes over such rows (a filter,
 -- not an order), so a held partition costs its own due rows, never the others' turn.
 -- Concurrent claimers do not queue on the index head: a row another claim holds is
--- skipped (SKIP LOCKED), and a row another claim has committed has moved to
--- visible_at = its lease end, out of the walk.
+-- skipped (SKIP LOCKED), and a row another claim has committed is passed by its lease
+-- (it stays at its due_at: claim_due, so the claim's UPDATE changes no indexed column).
 -- Every claimed row gets claim_token = claim_id (the caller's, so that a caller whose
 -- answer was lost can still name what it holds: log_timers_release_claims_v1) or, with a
 -- null claim_id, a fresh token of its own; and claimed_until = now + lease_ms, the same
--- instant for every row of the claim (so its rows sit at one visible_at). A claim_id must
+-- instant for every row of the claim, and claim_due = its due_at. A claim_id must
 -- be unique (a random v4 uuid): it is what the fire and the release match.
--- Rows come back in their pre-claim visible_at order; late_ms = now - deliver_at.
+-- Rows come back in their due_at order; late_ms = now - deliver_at.
 -- Returns nothing when timers_fire_enabled is false or maintenance_mode is true.
 -- Refused with 22023: null now, lease_ms < 1, skip arrays of different lengths.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); pool rows that
@@ -1092,6 +1093,8 @@ $fn$;
 -- ---------------------------------------------------------------------------------------
 -- 3a. the floor: the probe and the claim under a held snapshot (schema version 7)
 -- ---------------------------------------------------------------------------------------
+-- (Schema version 9: the walks below read the due index, due_at, and a claim no longer moves
+-- an entry; read visible_at as due_at. See "The due index" at the top.)
 -- A row the fire deleted, and the entry a claim moved away from, stay in the (visible_at)
 -- index until a vacuum may remove them, and no vacuum may while any snapshot older than
 -- them is open (a report, a pg_dump, a session idle in transaction, a standby's
@@ -1128,8 +1131,10 @@ $fn$;
 --                 due row (the oldest-first pool serves it): whose due rows are not at the
 --                 (visible_at) index's head, for the claim to take its share of them
 --                 (log_timers_claim_v4). A single tenant's backlog names none.
+-- Schema version 9: the rows in flight are passed by their lease; the next instant is the
+-- earlier of the first row in nobody's hands and the earliest lease end in front of it.
 -- The walks start at the floor. The search for the next row stops at now + horizon_ms
--- (null: no bound): past now lie the entries of fired claims (a claim moves its rows to
+-- (null: no bound): past now lay the entries of fired claims until version 9 (a claim moved its rows to
 -- now + lease), and a walk through a whole lease of them costs what the floor saves.
 -- Read-only. Locks: none. Refused with 22023: null now.
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v2(p_shards int2[], p_now timestamptz, p_cap int,
@@ -1257,7 +1262,7 @@ END
 $fn$;
 
 -- queen.log_timers_below_floor_v1(floor timestamptz) -> bigint or null
--- The visible_at (Unix ms, rounded down) of the earliest row behind the given floor, or
+-- The due_at (Unix ms, rounded down) of the earliest row behind the given floor, or
 -- null when there is none: the walk from the index's head that finds a slow transaction's
 -- row (see 3a). It passes every dead entry behind the floor, so the sweeper runs it on a
 -- clock of its own, never on the drain's path, and lowers its floor to what it finds.
@@ -1289,7 +1294,9 @@ $fn$;
 --      is not there and is found by its key instead.
 -- (log_timers_claim_v3, schema version 7, is the same claim without row_tid.)
 -- log_timers_claim_v2 from a floor, with a share per tenant that does not depend on where
--- a tenant's rows sit in the (visible_at) index:
+-- a tenant's rows sit in the due index (schema version 9: due_at where visible_at is
+-- written below, log_timers_tenant_due_at_idx for log_timers_tenant_due_idx, and a row in
+-- flight passed by its lease where claim_token IS NULL was the share's filter):
 -- * the floor: a plain read finds the earliest live row at or after the given floor (h),
 --   and the walks start at least(h, clock - slack), past the dead entries behind it;
 -- * the pool: the oldest due rows (max_rows of them, FOR UPDATE SKIP LOCKED; not the
@@ -1771,8 +1778,9 @@ $fn$;
 -- claim_token nulled and claimed_until set, no attempt spent, as log_timers_release_v2. For a
 -- caller whose claim's answer was lost (the connection died after the claim committed):
 -- it never saw the rows, but it knows the claim ids it sent and, within its clock's
--- uncertainty, when their lease ends (a claim's rows all sit at visible_at = its now +
--- lease_ms, which bounds the walk of the visible_at index to that window). A claim that
+-- uncertainty, when their lease ends (a claim's rows all have claimed_until = its now +
+-- lease_ms; since schema version 9 they wait at the due_at they were claimed at, so the
+-- walk is the due index from its head to the window's end). A claim that
 -- never committed has no rows. Returns the number released.
 -- Refused with 22023: a null or inverted window, or one over 10 minutes (a bounded walk).
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
