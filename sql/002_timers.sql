@@ -38,12 +38,13 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
 -- Storage settings of queen.log_timers.
 --   fillfactor = 50 (schema version 9; was 100, and 70 before that): measured (2026-12-02)
---     (tests/bench/README.md, "Sixth pass"). The claim rewrites every row of a page at once (timers written together come due together), and an
---     UPDATE is heap-only (HOT: no new index entry, no dead one left behind) only when
---     the new version fits on the same page and no indexed column changes. Since version 9
---     the claim changes no indexed column (due_at, below), so half of every page is kept
---     for the claim's versions: the claim of 2,000 rows took 30-33 ms at 100 with an
---     indexed visible_at, 12 ms heap-only at 50.
+--     (tests/bench/README.md, "Sixth pass"). The claim rewrites every row of a page at once
+--     (timers written together come due together), and an UPDATE is heap-only (HOT: no
+--     new index entry, no dead one left behind) only when the new version fits on the same
+--     page and no indexed column changes. Since version 9 the claim changes no indexed
+--     column (due_at, below), so half of every page is kept for the claim's versions: the
+--     claim of 2,000 rows took 30-33 ms at 100 with an indexed visible_at, 12 ms heap-only
+--     at 50.
 --   The history of 100 (still true of versions 3-8): measured (2026-11-30)
 --     (tests/soak/README.md). Symptom looked for: HOT updates of the claim, the one update
 --     every timer gets, which free space on the page would keep on it. Observed: 0 HOT of
@@ -125,8 +126,9 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
 -- lock-free): fillfactor 50 (ALTER TABLE ... SET takes SHARE UPDATE EXCLUSIVE), then
 -- claim_due and due_at added in one ALTER TABLE. A stored generated column is computed for
 -- every row, so that ALTER TABLE REWRITES queen.log_timers under an ACCESS EXCLUSIVE lock:
--- schedules, claims and fires wait for it (README "Upgrading" gives its measured rate and
--- how to plan it). The rewrite also lays every existing row out at the new fillfactor.
+-- schedules, claims and fires wait for it (README "Upgrades and compatibility" gives its
+-- measured cost and how to plan it). The rewrite also lays every existing row out at the
+-- new fillfactor.
 -- Rows claimed before the upgrade (claim_due null) wait at visible_at, their lease's end,
 -- as they did.
 DO $apply$
@@ -140,6 +142,7 @@ BEGIN
                       AND NOT a.attisdropped) THEN
         ALTER TABLE queen.log_timers
             ADD COLUMN claim_due timestamptz,
+            -- The expression of due_at in CREATE TABLE above, word for word.
             ADD COLUMN due_at timestamptz GENERATED ALWAYS AS
                 (CASE WHEN claim_token IS NOT NULL AND claim_due IS NOT NULL THEN claim_due
                       ELSE greatest(deliver_at, coalesce(claimed_until, deliver_at)) END) STORED;
@@ -164,7 +167,8 @@ $apply$;
 -- timer, tests/bench/README.md "Fifth pass"), and (tenant_id, visible_at) WHERE claim_token
 -- IS NULL (a predicate on a column the claim changes is an indexed column too). Built once,
 -- behind catalog checks (SHARE lock: writers wait for the build; on a large table build
--- them beforehand with CREATE INDEX CONCURRENTLY under these names, README "Upgrading"),
+-- them beforehand with CREATE INDEX CONCURRENTLY under these names, README "Upgrades and
+-- compatibility"),
 -- then the old ones are dropped (ACCESS EXCLUSIVE, brief).
 DO $apply$
 BEGIN
@@ -1134,8 +1138,9 @@ $fn$;
 -- Schema version 9: the rows in flight are passed by their lease; the next instant is the
 -- earlier of the first row in nobody's hands and the earliest lease end in front of it.
 -- The walks start at the floor. The search for the next row stops at now + horizon_ms
--- (null: no bound): past now lay the entries of fired claims until version 9 (a claim moved its rows to
--- now + lease), and a walk through a whole lease of them costs what the floor saves.
+-- (null: no bound): past now lay the entries of fired claims until version 9 (a claim
+-- moved its rows to now + lease), and a walk through a whole lease of them costs what the
+-- floor saves.
 -- Read-only. Locks: none. Refused with 22023: null now.
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v2(p_shards int2[], p_now timestamptz, p_cap int,
                                                    p_floor timestamptz, p_horizon_ms int)
@@ -1456,7 +1461,7 @@ BEGIN
         UPDATE queen.log_timers AS t
            SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
                claimed_until = p_now + p_lease_ms * interval '1 millisecond',
-               claim_due = t.due_at, updated_at = p_now  -- due_at unchanged: no indexed column changes
+               claim_due = t.due_at, updated_at = p_now  -- due_at unchanged: HOT
          -- By the row's address, as in log_timers_claim_v2.
          WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,

@@ -4,10 +4,10 @@
 // docs/design.md, "Finding due rows").
 //
 // The floor is an instant (server clock, Unix ms) no live row of queen.log_timers is
-// behind, but a slow transaction's. Each probe and claim starts its walk of the
-// due index (due_at, schema version 9) there, past the dead entries behind it, and answers the floor the
-// next one starts from. A walk from the index head, on a clock of its own and never on the
-// drain's path, finds a slow transaction's row behind the floor and lowers the floor to it.
+// behind, but a slow transaction's. Each probe and claim starts its walk of the due
+// index (due_at, schema version 9) there, past the dead entries behind it, and answers the
+// floor the next one starts from. A walk from the index head, on a clock of its own and
+// never on the drain's path, finds a slow transaction's row behind the floor and lowers the floor to it.
 // One floor per sweeper, in memory: nothing shared, no leader, every broker scans
 // everything; a sweeper that starts (or meets a new server) walks from the head once.
 //

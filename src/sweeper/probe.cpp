@@ -1,7 +1,8 @@
 // A. PROBE: one read-only call and one server now(). From the floor (sweeper/floor.hpp),
 // the first entry of the due index (due_at; the rows in flight passed by their lease,
-// schema version 9) gives the nearest due instant within the horizon; a capped count gives the due rows; under a backlog, the tenants of the most
-// recently due rows; and the floor the next probe and claim start from.
+// schema version 9) gives the nearest due instant within the horizon; a capped count
+// gives the due rows; under a backlog, the tenants of the most recently due rows; and the
+// floor the next probe and claim start from.
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
 #include "sweeper/sweeper.hpp"
