@@ -275,6 +275,45 @@ BEGIN
 END
 $fn$;
 
+-- queen.log_timers_fire_blocked_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     seg_counts int[], timer_keys text[], timer_seg int[], timer_tokens uuid[], now timestamptz,
+--     held boolean[], held_n int[]) -> boolean[]
+-- (schema version 10) Per segment, after log_timers_fire_hold_v1: true when the hold missed
+-- some of its rows (held_n[i] < seg_counts[i]) and every row it missed is still ours by a
+-- plain read (log_timers_ours_v1 under this statement's snapshot): another transaction
+-- holds a lock on a row that is still the caller's. That is mostly another broker's claim
+-- passing over it: a row claimed (and committed) after that claim's snapshot was taken is
+-- locked by its FOR UPDATE before the recheck finds it in flight and passes it, and the
+-- lock stays until that claim commits, a few milliseconds. Such a segment is answered
+-- busy (its rows untouched, still claimed, fired by a later call) instead of stale (its
+-- held rows released, the others handed back, all claimed and fired again). A row that
+-- is not ours (another token, a lapsed lease, gone) still makes its segment stale.
+-- Locks: none (plain reads).
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_blocked_v1(
+    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
+    p_timer_keys text[], p_timer_seg int[], p_timer_tokens uuid[], p_now timestamptz,
+    p_held boolean[], p_held_n int[])
+RETURNS boolean[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+    SELECT array_agg(p_held_n[g.i] < p_seg_counts[g.i] AND coalesce(m.ours, false) ORDER BY g.i)
+      FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i)
+      LEFT JOIN (
+            SELECT u.s, bool_and(x.ok IS NOT NULL) AS ours
+              FROM unnest(p_timer_keys, p_timer_seg, p_timer_tokens, p_held) AS u(k, s, tok, h)
+              LEFT JOIN LATERAL (
+                    SELECT true AS ok
+                      FROM queen.log_timers t
+                     WHERE t.tenant_id = p_seg_tenants[u.s]
+                       AND t.queue = p_seg_queues[u.s]
+                       AND t.timer_key = u.k
+                       AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition,
+                                                    u.tok, p_seg_partitions[u.s], p_now)) x ON true
+             WHERE NOT u.h
+             GROUP BY u.s) m ON m.s = g.i
+$fn$;
+
 -- queen.log_timers_fire_ids_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     live boolean[]) -> (queue_ids bigint[], partition_ids bigint[], windows bigint[])
 -- Queue id, partition id and the queue's dedup_window_ms of every live segment (null for
@@ -431,16 +470,16 @@ $fn$;
 -- each by its primary key and deleted by its address with the check applied again to the
 -- row deleted; then the append with the dedup window, optimistically (log_append_dedup_v1
 -- without its check first: a duplicate is found by the append itself and undoes this way).
--- It answers when every segment was fired (every partition locked, every named row
--- deleted, no segment a duplicate), and when every segment is busy (p_wait false and every
--- partition held by someone else: nothing taken, rows untouched and still claimed; the
--- general way would have locked every row only to answer the same, and a stale row among
--- them is found by the caller's next call, which waits a little for the partition).
--- Anything else (a partition someone holds with p_wait false, a row missing, moved from
--- its address or not ours, a duplicate, a row someone else holds) undoes the
--- subtransaction, locks and all, and answers null: the caller then takes the general way (hold, append,
--- settle), which sorts out busy, stale and duplicate segments. The general way locks every
--- row (one WAL record each) before deleting it (another); this way writes one per row.
+-- It answers when every segment it takes was fired (its partition locked, every named row
+-- deleted, no duplicate) and the rest are busy: with p_wait false, the segments of a
+-- partition someone else holds are answered busy, their rows untouched (not read, not
+-- locked, still claimed; a stale row among them is found by the caller's next call, which
+-- waits a little for the partition). Every segment busy takes nothing at all. Anything
+-- else (a row missing, moved from its address or not ours, a duplicate, a row someone
+-- else holds) undoes the subtransaction, locks and all, and answers null: the caller then
+-- takes the general way (hold, append, settle), which sorts out busy, stale and duplicate
+-- segments. The general way locks every row (one WAL record each) before deleting it
+-- (another); this way writes one per row, and never touches a busy segment's rows.
 -- Arguments as checked by log_timers_fire_check_v1.
 -- Locks, in order: queues and log_partitions only to provision (as log_timers_fire_ids_v1);
 -- the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait false) in
@@ -458,11 +497,14 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 AS $fn$
 DECLARE
+    v_nseg    int := coalesce(cardinality(p_seg_tenants), 0);
     v_all     boolean[] := array_fill(true, ARRAY[coalesce(cardinality(p_seg_tenants), 0)]);
     v_ids     record;
     v_last    bigint[];
     v_app     record;
     v_deleted bigint;
+    v_want    bigint := coalesce(cardinality(p_timer_keys), 0);  -- the rows of the segments fired
+    v_tids    tid[] := p_timer_tids;
     v_lt      text := current_setting('lock_timeout');
     v_nl      text := current_setting('enable_nestloop');
     -- Every timer with an address (none null, as many as the keys): found by address.
@@ -483,7 +525,17 @@ BEGIN
                 RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
                     v_ids.partition_ids, v_last, NULL, '{}');
             END IF;
-            RAISE EXCEPTION 'busy' USING ERRCODE = 'QSF01';
+            -- Some held (schema version 10): the segments of the partitions we took are
+            -- fired this way, the others answered busy with their rows untouched (not
+            -- read, not locked, still claimed), as the general way answers them but
+            -- without its lock on every row. Before, any held partition sent the whole
+            -- call the general way: with four brokers on the same partitions, most fires
+            -- (tests/bench/README.md, seventh pass).
+            SELECT count(*), array_agg(u.tid) FILTER (WHERE v_last[u.s] IS NOT NULL)
+              INTO v_want, v_tids
+              FROM unnest(p_timer_seg, p_timer_tids) AS u(s, tid)
+             WHERE v_last[u.s] IS NOT NULL;
+            v_tids := CASE WHEN p_timer_tids IS NULL THEN NULL ELSE v_tids END;
         END IF;
 
         -- The rows, deleted under a 1 ms lock_timeout (a DELETE cannot skip a locked row).
@@ -503,10 +555,11 @@ BEGIN
                 SELECT u.tid, u.k, u.tok, p_seg_tenants[u.s] AS tn, p_seg_queues[u.s] AS q,
                        p_seg_partitions[u.s] AS part
                   FROM unnest(p_timer_tids, p_timer_keys, p_timer_seg, p_timer_tokens) AS u(tid, k, s, tok)
+                 WHERE v_last[u.s] IS NOT NULL
             ), d AS (
                 DELETE FROM queen.log_timers AS t
                  USING f
-                 WHERE t.ctid = ANY (p_timer_tids)
+                 WHERE t.ctid = ANY (v_tids)
                    AND t.ctid = f.tid
                    AND t.tenant_id = f.tn AND t.queue = f.q AND t.timer_key = f.k
                    AND queen.log_timers_ours_v1(t.claim_token, t.claimed_until, t.partition,
@@ -532,6 +585,7 @@ BEGIN
                           AND queen.log_timers_ours_v1(t2.claim_token, t2.claimed_until, t2.partition,
                                                        u.tok, p_seg_partitions[u.s], p_now)
                         LIMIT 1) x
+                 WHERE v_last[u.s] IS NOT NULL
             ), d AS (
                 DELETE FROM queen.log_timers AS t
                  USING f
@@ -541,14 +595,16 @@ BEGIN
             SELECT count(*) INTO v_deleted FROM d;
         END IF;
         PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
-        IF v_deleted <> coalesce(cardinality(p_timer_keys), 0) THEN
+        IF v_deleted <> v_want THEN
             RAISE EXCEPTION 'stale' USING ERRCODE = 'QSF01';
         END IF;
 
-        -- Optimistic: no check first; a duplicate raises QSF01 and undoes this way.
+        -- Optimistic: no check first; a duplicate raises QSF01 and undoes this way. The
+        -- append skips the segments of partitions someone else holds (no last_offset).
         v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
             p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now, true);
-        IF array_position(v_app.base_offsets, NULL) IS NOT NULL THEN
+        IF EXISTS (SELECT 1 FROM generate_series(1, v_nseg) AS g(i)
+                    WHERE v_last[g.i] IS NOT NULL AND v_app.base_offsets[g.i] IS NULL) THEN
             RAISE EXCEPTION 'duplicate' USING ERRCODE = 'QSF01';
         END IF;
         RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts, v_ids.partition_ids,
@@ -657,6 +713,8 @@ DECLARE
     v_last   bigint[];      -- per segment: its partition's last_offset, null unless locked
     v_app    record;        -- base_offsets, dup_seg, dup_frame
     v_fast   jsonb;         -- the answer of the fast way, null when it stood aside
+    v_blocked boolean[];    -- per segment: rows all still ours, some locked by another transaction
+    v_held_n int[];         -- held_n, a blocked segment counted in full (busy, not stale)
 BEGIN
     -- The refusals the fast way needs (all but the two it finds by itself, see the check).
     PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
@@ -682,6 +740,17 @@ BEGIN
         true);
     v_hold := queen.log_timers_fire_hold_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_timer_keys, p_timer_seg, p_timer_tokens, p_now);
+    v_held_n := v_hold.held_n;
+    IF array_position(v_hold.live, false) IS NOT NULL THEN
+        -- A segment whose missed rows are all still ours (locked by someone else, mostly
+        -- another broker's claim passing over them) is busy, not stale: counted as held
+        -- in full for the answer and the settle, not live, so untouched and still claimed.
+        v_blocked := queen.log_timers_fire_blocked_v1(p_seg_tenants, p_seg_queues,
+            p_seg_partitions, p_seg_counts, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
+            v_hold.held, v_hold.held_n);
+        v_held_n := ARRAY(SELECT CASE WHEN v_blocked[g.i] THEN p_seg_counts[g.i] ELSE v_hold.held_n[g.i] END
+                            FROM generate_series(1, v_nseg) AS g(i) ORDER BY g.i);
+    END IF;
 
     -- The live segments' queues and partitions (provisioned when missing), then their
     -- partition rows FOR UPDATE in ascending id order: the fire's only waits (none with
@@ -694,7 +763,7 @@ BEGIN
         p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now);
 
     RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
-        p_timer_keys, p_timer_seg, p_now, v_hold.held, v_hold.held_n, v_ids.partition_ids,
+        p_timer_keys, p_timer_seg, p_now, v_hold.held, v_held_n, v_ids.partition_ids,
         v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
 END
 $fn$;

@@ -351,9 +351,10 @@ std::string Stats::to_prometheus() {
              "Claimed rows handed back because their claim's deadline inside the lease came first.")
         .sample(x.late_handed_back_total);
     m.family("busy_kept_segments", "gauge",
-             "Segments of partitions someone else holds, kept claimed to be tried again.")
+             "Segments kept claimed to be tried again: their partition, or a lock on one of their rows, "
+             "was someone else's.")
         .sample(x.busy_kept_segments);
-    m.family("busy_retries_total", "counter", "Tries of kept segments of held partitions.")
+    m.family("busy_retries_total", "counter", "Tries of kept (busy) segments.")
         .sample(x.busy_retries_total);
     m.family("empty_claims_total", "counter", "Claims that took nothing while work was due.")
         .sample(x.empty_claims_total);
@@ -365,7 +366,7 @@ std::string Stats::to_prometheus() {
     m.family("released_on_stop_total", "counter", "Claims handed back by a graceful stop.")
         .sample(x.released_on_stop_total);
     m.family("fire_txns_total", "counter", "Fire transactions committed.").sample(x.fire_txns_total);
-    m.family("fire_busy_total", "counter", "Segments deferred because another broker held their partition.")
+    m.family("fire_busy_total", "counter", "Segments deferred because someone else held their partition or a lock on one of their rows.")
         .sample(x.fire_busy_total);
     m.family("fire_bytes_total", "counter", "Bytes of segments and hashes fired.").sample(x.fire_bytes_total);
     {

@@ -222,8 +222,10 @@ def test_fire_never_waits_on_timer_rows(q, connections):
                              (T1, "q", "Default", [rows["c"]])])
     # Not waiting is proven by the lock still held: a wait would end in the lock or
     # statement timeout (an error), not in a result. No wall-clock bound.
-    assert [s["status"] for s in res["segments"]] == ["stale", "fired"]
-    assert res["segments"][0]["held"] == 1 and res["released"] == 1
+    # b is still ours (only locked): its segment is busy, kept claimed for a later call
+    # (schema version 10; it was stale, a released and b handed back).
+    assert [s["status"] for s in res["segments"]] == ["busy", "fired"]
+    assert res["segments"][0] == {"status": "busy", "count": 2} and res["released"] == 0
     locker.rollback()
 
 
@@ -556,12 +558,12 @@ def test_fire_takes_the_fast_way_when_nothing_is_in_the_way(q, connections):
     assert sorted(q.one("SELECT array_agg(last_offset) FROM queen.log_partitions")) == [0, 1]
 
 
-@pytest.mark.parametrize("case", ["held_row", "stale_token", "duplicate", "busy_partition"])
+@pytest.mark.parametrize("case", ["held_row", "stale_token", "duplicate"])
 def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, case):
     """Whatever stops the fast way midway (a row someone holds, a row not ours, a duplicate
-    found by its append, a busy partition) is undone with it: the general way then answers
-    exactly as it always did, and no offset, segment or index row of the undone attempt
-    survives."""
+    found by its append) is undone with it: the general way then answers exactly as it
+    always did, and no offset, segment or index row of the undone attempt survives. (A
+    busy partition no longer stops it: test_fire_fast_way_fires_the_partitions_it_took.)"""
     sched(q, ["a", "b"], partition="p1")
     sched(q, ["c"], partition="p2")
     rows = by_key(q.claim())
@@ -571,9 +573,11 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
     locker.autocommit = False
     wait = None
     if case == "held_row":
+        # b is still ours, someone else holds a lock on it: p1's segment is busy (schema
+        # version 10; it was stale), untouched and still claimed.
         with locker.cursor() as cur:
             cur.execute("SELECT 1 FROM queen.log_timers WHERE timer_key = 'b' FOR UPDATE")
-        expect = ["stale", "fired"]
+        expect = ["busy", "fired"]
     elif case == "stale_token":
         rows["b"] = dict(rows["b"], claim_token=str(uuid.uuid4()))
         expect = ["stale", "fired"]
@@ -583,11 +587,6 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
         q.one("SELECT queen.log_push_v1(%s, 'q', 'p2', 1, %s, %s, %s)",
               (T1, psycopg2.Binary(txn_hash("txn-c")), psycopg2.Binary(b"pushed"), NOW))
         expect = ["fired", "duplicate"]
-    else:
-        with locker.cursor() as cur:
-            cur.execute("SELECT 1 FROM queen.log_partitions WHERE name = 'p2' FOR UPDATE")
-        wait = False
-        expect = ["fired", "busy"]
     firer = connections(options="-c statement_timeout=10000")
     res, calls = _fire_counting_helpers(
         firer, [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])], wait=wait)
@@ -602,19 +601,137 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
         " JOIN queen.log_partitions p ON p.id = s.partition_id ORDER BY p.name, s.base_offset")]
     left = sorted(r["timer_key"] for r in q.all("SELECT timer_key FROM queen.log_timers"))
     if case in ("held_row", "stale_token"):
-        # p1's segment is stale (nothing appended for it), p2's fired at offset 0.
+        # p1's segment is busy or stale (nothing appended for it), p2's fired at offset 0.
         assert lasts == {"p1": -1, "p2": 0} and segs == [("p2", 0, 0)]
         assert left == ["a", "b"]
+        tokens = {r["timer_key"]: r["claim_token"] for r in q.all(
+            "SELECT timer_key, claim_token::text FROM queen.log_timers")}
+        if case == "held_row":  # busy: both rows still claimed by their claim
+            assert tokens == {"a": str(rows["a"]["claim_token"]), "b": str(rows["b"]["claim_token"])}
+            assert res["released"] == 0 and res["busy"] == 2
+        else:  # stale: the row held (a) released
+            assert tokens["a"] is None and res["released"] == 1
     elif case == "duplicate":
         # p1 fired once at 0 (not twice: the undone attempt left no offset behind); p2
         # holds only the push.
         assert lasts == {"p1": 1, "p2": 0} and segs == [("p1", 0, 1), ("p2", 0, 0)]
         assert left == []
-    else:
-        assert lasts == {"p1": 1, "p2": -1} and segs == [("p1", 0, 1)]
-        assert left == ["c"]
-    indexed = {"held_row": 1, "stale_token": 1, "duplicate": 3, "busy_partition": 2}[case]
+    indexed = {"held_row": 1, "stale_token": 1, "duplicate": 3}[case]
     assert q.one("SELECT count(*) FROM queen.log_txn_index") == indexed
+
+
+@pytest.mark.parametrize("by_tid", [False, True])
+def test_fire_fast_way_fires_the_partitions_it_took(q, connections, by_tid):
+    """Schema version 10. Some partitions of the call held by someone else (wait false): the
+    fast way fires the segments of the partitions it took and answers the others busy, their
+    rows untouched (not locked, still claimed by the same tokens). The general way (a lock
+    and a WAL record on every row) does not run. Before, any held partition sent the whole
+    call the general way, which with several brokers on the same partitions was most fires."""
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    sched(q, ["d"], partition="p3")
+    rows = by_key(q.claim4() if by_tid else q.claim())
+    locker = hold_partitions(q, connections, ["p1", "p2", "p3"], ["p2"])
+    firer = connections(options="-c statement_timeout=10000")
+    segments = [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]]),
+                (T1, "q", "p3", [rows["d"]])]
+    from sqlkit import Queen
+    firer.autocommit = False
+    with firer.cursor() as cur:
+        cur.execute("SET LOCAL track_functions = 'pl'")
+    res = Queen(firer).fire(segments, wait=False, by_tid=by_tid)
+    with firer.cursor() as cur:
+        cur.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions WHERE schemaname = 'queen'"
+                    " AND funcname IN ('log_timers_fire_fast_v2', 'log_timers_fire_hold_v1')")
+        calls = dict(cur.fetchall())
+    firer.commit()
+    firer.autocommit = True
+    assert calls == {"log_timers_fire_fast_v2": 1}
+    assert [s["status"] for s in res["segments"]] == ["fired", "busy", "fired"]
+    assert res["segments"][1] == {"status": "busy", "count": 1}
+    assert (res["fired"], res["stale"], res["released"], res["busy"]) == (3, 0, 0, 1)
+    # c untouched: lockable by anybody (never locked by the fire), still claimed by its token.
+    left = q.all("SELECT timer_key, claim_token::text FROM queen.log_timers FOR UPDATE NOWAIT")
+    assert [(r["timer_key"], r["claim_token"]) for r in left] == [("c", str(rows["c"]["claim_token"]))]
+    lasts = {r["name"]: r["last_offset"] for r in q.all("SELECT name, last_offset FROM queen.log_partitions")}
+    assert lasts == {"p1": 1, "p2": -1, "p3": 0}
+    locker.rollback()
+    res = Queen(firer).fire([(T1, "q", "p2", [rows["c"]])], wait=True, by_tid=by_tid)
+    assert [s["status"] for s in res["segments"]] == ["fired"]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == 4
+
+
+def test_a_claim_passing_over_rows_claimed_since_its_snapshot_leaves_them_busy_not_stale(q, connections):
+    """Schema version 10. How another broker's claim gets in the way of our fire: its walk
+    reads the rows as they were at its snapshot, and a row we claimed (and committed) after
+    that is locked by its FOR UPDATE SKIP LOCKED before the recheck of the newest version
+    finds the row in flight and passes it. The lock stays until that claim commits. Our fire
+    meets it: the segment is answered busy, its rows still claimed by us, and fired by the
+    next call once the passer is gone. Before, it was stale: the rows the fire held were
+    released, the others handed back, and all of them claimed and fired again."""
+    import threading
+    sched(q, ["a", "b", "c"], partition="p1")
+    passer = connections()
+    passer.autocommit = False
+    started = threading.Event()
+    seen = {}
+
+    def pass_over():
+        with passer.cursor() as cur:
+            started.set()
+            # The claim's walk, paused after its snapshot (the sleep is an InitPlan, run at
+            # the first row, after the statement's snapshot was taken).
+            cur.execute("SELECT t.timer_key FROM queen.log_timers t"
+                        " WHERE (SELECT pg_sleep(1.0)) IS NOT NULL"
+                        "   AND t.due_at <= %s AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > %s)"
+                        " ORDER BY t.due_at FOR UPDATE SKIP LOCKED", (NOW, NOW))
+            seen["rows"] = cur.fetchall()
+
+    th = threading.Thread(target=pass_over)
+    th.start()
+    started.wait()
+    time.sleep(0.3)
+    rows = by_key(q.claim())            # committed while the passer sleeps
+    th.join()
+    assert seen["rows"] == []           # it passed every row (each in flight by now) ...
+    probe = connections()
+    with pytest.raises(psycopg2.errors.LockNotAvailable):  # ... and still holds them locked
+        probe.cursor().execute("SELECT 1 FROM queen.log_timers WHERE timer_key = 'b' FOR UPDATE NOWAIT")
+    firer = connections(options="-c statement_timeout=10000")
+    from sqlkit import Queen
+    seg = [(T1, "q", "p1", [rows["a"], rows["b"], rows["c"]])]
+    res = Queen(firer).fire(seg, wait=True)
+    assert res["segments"] == [{"status": "busy", "count": 3}]
+    assert (res["fired"], res["stale"], res["released"]) == (0, 0, 0)
+    tokens = {r["timer_key"]: r["claim_token"] for r in q.all(
+        "SELECT timer_key, claim_token::text FROM queen.log_timers")}
+    assert tokens == {k: str(rows[k]["claim_token"]) for k in "abc"}
+    passer.commit()
+    res = Queen(firer).fire(seg, wait=True)
+    assert res["segments"][0]["status"] == "fired" and res["fired"] == 3
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+
+
+def test_a_segment_with_a_row_not_ours_is_stale_even_when_another_row_is_locked(q, connections):
+    """The busy answer needs every row the hold missed to be ours still: one row whose
+    token is not ours makes the segment stale as before, whatever else is locked. The row
+    held is released, the locked one (still ours) is left for the caller to hand back."""
+    sched(q, ["a", "b", "c"], partition="p1")
+    rows = by_key(q.claim())
+    locker = connections()
+    locker.autocommit = False
+    locker.cursor().execute("SELECT 1 FROM queen.log_timers WHERE timer_key = 'b' FOR UPDATE")
+    bad = dict(rows["c"], claim_token=str(uuid.uuid4()))
+    firer = connections(options="-c statement_timeout=10000")
+    from sqlkit import Queen
+    res = Queen(firer).fire([(T1, "q", "p1", [rows["a"], rows["b"], bad])], wait=True)
+    locker.rollback()
+    assert res["segments"] == [{"status": "stale", "held": 1}]
+    assert res["released"] == 1
+    tokens = {r["timer_key"]: r["claim_token"] for r in q.all(
+        "SELECT timer_key, claim_token::text FROM queen.log_timers")}
+    assert tokens == {"a": None, "b": str(rows["b"]["claim_token"]), "c": str(rows["c"]["claim_token"])}
 
 
 def test_fire_without_wait_answers_every_segment_busy_when_every_partition_is_held(q, connections):
