@@ -227,7 +227,6 @@ void Drain::after_claim(Claim &c, int64_t contended_before) {
     in.byte_budget = ctx_.cfg.sweeper_claim_max_bytes;
     in.whole = c.whole;
     in.full = static_cast<int64_t>(c.rows.size()) == c.want;
-    in.contended = contended;
     in.elapsed_ms = static_cast<int64_t>(ctx_.now() - c.sent);
     in.claimed_bytes = c.bytes;
     set_batch(next_claim_batch(in));

@@ -9,7 +9,7 @@ int64_t next_claim_batch(const BatchInput &in) {
     const int64_t ceiling = std::max(base, in.ceiling);
     const int64_t batch = std::clamp(in.batch, base, ceiling);
     if (!in.full) return base;  // the backlog is over
-    if (in.contended || !in.whole) return batch;
+    if (!in.whole) return batch;
     const int64_t lease = std::max<int64_t>(in.lease_ms, 1);
     const int64_t budget = std::max<int64_t>(in.byte_budget, 1);
     // Multiplications below cannot overflow: elapsed and bytes are bounded by a day and by

@@ -16,17 +16,19 @@ struct BatchInput {
     int64_t byte_budget = 8 << 20;  // sweeper_claim_max_bytes: what one claim may carry
     bool whole = true;          // the claim asked for a whole batch (not a budget's rest)
     bool full = true;           // it came back full (a backlog)
-    bool contended = false;     // its fires met another broker (busy or stale segments)
     int64_t elapsed_ms = 0;     // claim + pack + fire of that claim
     int64_t claimed_bytes = 0;  // payload bytes the claim really carried (as claimed, not packed)
 };
 
-// The next claim's size. A claim that came back short ends the backlog: the base. A claim
-// whose fires met another broker keeps the batch (a bigger one spans more partitions and
-// holds them longer; a smaller one costs more round trips). A full, whole claim done in
-// under 1/16 of the lease that carried at most half the byte budget doubles (up to the
-// ceiling); one over 1/8 of the lease, or that filled its byte budget, halves (never below
-// the base). Anything else keeps the batch.
+// The next claim's size. A claim that came back short ends the backlog: the base. A full,
+// whole claim done in under 1/16 of the lease that carried at most half the byte budget
+// doubles (up to the ceiling); one over 1/8 of the lease, or that filled its byte budget,
+// halves (never below the base). Anything else keeps the batch. Whether its fires met
+// another broker does not matter (schema version 10): a fire fires the partitions it
+// takes and keeps the others, so a bigger claim costs no more per timer when brokers
+// collide, and a smaller one costs more calls and more, smaller segments per timer (with
+// four brokers held at their first sizes, 2.5x the segments of one broker and 1.7x its
+// CPU per timer: tests/bench/README.md, seventh pass).
 int64_t next_claim_batch(const BatchInput &in);
 
 // ---- Claiming ahead --------------------------------------------------------------------

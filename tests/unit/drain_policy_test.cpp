@@ -34,16 +34,13 @@ TEST(DrainPolicy, TheBatchHalvesWhenSlowOrFullOfBytesNeverBelowTheBase) {
     EXPECT_EQ(next_claim_batch(backlog(200, 60000, 0)), 200);
 }
 
-TEST(DrainPolicy, AShortClaimEndsTheBacklogAndContentionHoldsTheBatch) {
+TEST(DrainPolicy, AShortClaimEndsTheBacklogAndTheRestOfABudgetHoldsTheBatch) {
     BatchInput in = backlog(1600, 10, 0);
     in.full = false;
     EXPECT_EQ(next_claim_batch(in), 200);
-    in = backlog(1600, 10, 0);
-    in.contended = true;
-    EXPECT_EQ(next_claim_batch(in), 1600);
     in = backlog(1600, 60000, 8 << 20);
-    in.contended = true;
-    EXPECT_EQ(next_claim_batch(in), 1600);  // neither grows nor shrinks
+    in.full = false;
+    EXPECT_EQ(next_claim_batch(in), 200);
     in = backlog(1600, 10, 0);
     in.whole = false;                        // the rest of a budget says nothing of the batch
     EXPECT_EQ(next_claim_batch(in), 1600);
