@@ -149,6 +149,7 @@ DECLARE
         ['queen_sweeper', 'queen.log_timers_in_doubt_v1(int[], uuid[], text[], bytea[], int[], text[])'],
         ['queen_sweeper', 'queen.kv_expire_step_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.kv_usage_step_v1(int2[], timestamptz, int)'],
+        ['queen_sweeper', 'queen.kv_usage_step_v2(int2[], timestamptz, int, int)'],
         ['queen_sweeper', 'queen.switch_enabled_v1(text, boolean)'],
         ['queen_broker', 'queen.log_timers_apply_v1(jsonb, uuid, text, timestamptz)'],
         ['queen_broker', 'queen.log_timers_peek_v1(uuid, text, text)'],
@@ -167,7 +168,8 @@ BEGIN
         -- missing means the list and the functions disagree: a bug here, never a silent gap.
         IF pg_catalog.to_regprocedure(c_grants[v_i][2]) IS NULL
            AND c_grants[v_i][2] NOT IN ('queen.kv_expire_step_v1(int2[], timestamptz, int)',
-                                        'queen.kv_usage_step_v1(int2[], timestamptz, int)') THEN
+                                        'queen.kv_usage_step_v1(int2[], timestamptz, int)',
+                                        'queen.kv_usage_step_v2(int2[], timestamptz, int, int)') THEN
             RAISE EXCEPTION '006_roles: % does not exist (the grant list is out of date)', c_grants[v_i][2];
         END IF;
     END LOOP;

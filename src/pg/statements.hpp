@@ -95,6 +95,6 @@ inline constexpr const char *kReadSchemaVersion = "SELECT queen.schema_version_v
 inline constexpr const char *kKvExpireStep = "SELECT queen.kv_expire_step_v1($1::int2[], now(), $2::int)::text";
 
 // The usage rollup's step. $1 int2[] shards, $2 int tenants. One row: jsonb as text.
-inline constexpr const char *kKvUsageStep = "SELECT queen.kv_usage_step_v1($1::int2[], now(), $2::int)::text";
+inline constexpr const char *kKvUsageStep = "SELECT queen.kv_usage_step_v2($1::int2[], now(), $2::int, $3::int)::text";
 
 }  // namespace qsw::sql

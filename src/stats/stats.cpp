@@ -108,6 +108,7 @@ nlohmann::json Stats::to_json() {
     j["kv_expired_not_pruned_capped"] = x.kv_expired_not_pruned_capped;
     j["kv_expiry_lag_ms"] = x.kv_expiry_lag_ms;
     j["rollup"] = {{"runs_total", x.rollup_runs_total},
+                   {"skipped_total", x.rollup_skipped_total},
                    {"max_quota_ratio", x.rollup_max_quota_ratio},
                    {"sampled", x.rollup_sampled},
                    {"tenants", x.rollup_tenants}};
@@ -405,6 +406,9 @@ std::string Stats::to_prometheus() {
     m.family("kv_expiry_lag_seconds", "gauge", "Age of the oldest expired KV row still present.")
         .sample(secs(x.kv_expiry_lag_ms));
     m.family("rollup_runs_total", "counter", "Usage rollup runs.").sample(x.rollup_runs_total);
+    m.family("rollup_skipped_total", "counter",
+             "Usage rollup gates passed up because another broker's pass was recent or running.")
+        .sample(x.rollup_skipped_total);
     m.family("rollup_max_quota_ratio", "gauge", "Highest tenant usage over quota at the last rollup.")
         .sample(x.rollup_max_quota_ratio);
     m.family("rollup_sampled", "gauge", "1 when the last rollup sampled instead of counting.")

@@ -216,6 +216,7 @@ struct Figures {
     bool kv_expired_not_pruned_capped = false;
     int64_t kv_expiry_lag_ms = 0;
     int64_t rollup_runs_total = 0;
+    int64_t rollup_skipped_total = 0;  // gate open here, but another broker's pass was recent or running
     double rollup_max_quota_ratio = 0;
     bool rollup_sampled = false;
     nlohmann::json rollup_tenants = nlohmann::json::array();

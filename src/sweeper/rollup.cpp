@@ -25,24 +25,40 @@ int64_t Rollup::ms_until_gate() const {
     return ctx_.ms_until(next_mono_);
 }
 
+int64_t Rollup::every_ms() const {
+    return last_quota_ratio_ > kQuotaWatermark ? std::min(kQuotaRefreshMs, ctx_.cfg.kv_usage_every_ms)
+                                               : ctx_.cfg.kv_usage_every_ms;
+}
+
+int64_t rollup_wait_after_skip(int64_t every_ms, int64_t age_ms) {
+    const int64_t every = std::max<int64_t>(every_ms, 1);
+    if (age_ms < 0) return every;  // running elsewhere: a whole interval
+    const int64_t left = every - std::min(age_ms, every);
+    return std::max<int64_t>(left, kRollupMinWaitMs);
+}
+
 Task<void> Rollup::run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono) {
     shed_ = !allowed;
     if (off_ || !allowed || now_mono < next_mono_) co_return;
-    if (co_await pass(shards)) {
-        const int64_t every = last_quota_ratio_ > kQuotaWatermark
-                                  ? std::min(kQuotaRefreshMs, ctx_.cfg.kv_usage_every_ms)
-                                  : ctx_.cfg.kv_usage_every_ms;
-        next_mono_ = ctx_.now() + static_cast<uint64_t>(every);
+    const int64_t every = every_ms();
+    const Outcome o = co_await pass(shards, every);
+    if (o.ran) {
+        next_mono_ = ctx_.now() + static_cast<uint64_t>(every_ms());
+    } else if (o.skipped) {
+        // Another broker's pass serves this interval: look again when it has run out.
+        next_mono_ = ctx_.now() + static_cast<uint64_t>(rollup_wait_after_skip(every, o.age_ms));
     } else {
         // A failure does not consume the interval: try again after the short backoff.
         next_mono_ = ctx_.now() + static_cast<uint64_t>(ctx_.cfg.sweeper_transient_backoff_ms);
     }
 }
 
-Task<bool> Rollup::pass(const std::vector<int16_t> &shards) {
+Task<Rollup::Outcome> Rollup::pass(const std::vector<int16_t> &shards, int64_t every) {
+    Outcome out;
     Query q;
     q.sql = sql::kKvUsageStep;
-    q.params = {text_param(shards_param(shards)), text_param(std::to_string(kRollupMaxTenants))};
+    q.params = {text_param(shards_param(shards)), text_param(std::to_string(kRollupMaxTenants)),
+                text_param(std::to_string(std::clamp<int64_t>(every, 1, INT32_MAX)))};
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (!r.ok) {
@@ -54,10 +70,18 @@ Task<bool> Rollup::pass(const std::vector<int16_t> &shards) {
         } else {
             ctx_.note_error("usage rollup", r);
         }
-        co_return false;
+        co_return out;
     }
     nlohmann::json j = nlohmann::json::parse(r.get(0, 0), nullptr, false);
-    if (j.is_discarded()) co_return false;
+    if (j.is_discarded() || !j.is_object()) co_return out;
+    if (j.contains("skipped") && j["skipped"].is_string()) {
+        out.skipped = true;
+        out.age_ms = j["skipped"] == "recent" ? j.value("ageMs", int64_t(0)) : -1;
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        ++ctx_.stats.f.rollup_skipped_total;
+        co_return out;
+    }
+    out.ran = true;
     last_quota_ratio_ = j.value("maxQuotaRatio", 0.0);
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
     auto &f = ctx_.stats.f;
@@ -65,7 +89,7 @@ Task<bool> Rollup::pass(const std::vector<int16_t> &shards) {
     f.rollup_max_quota_ratio = last_quota_ratio_;
     f.rollup_sampled = j.value("sampled", false);
     f.rollup_tenants = j.contains("tenants") ? j["tenants"] : nlohmann::json::array();
-    co_return true;
+    co_return out;
 }
 
 }  // namespace qsw

@@ -10,7 +10,7 @@ import pytest
 from firekit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
 
 N = 900
-BY_ADDRESS = "%t.ctid = ANY (p_timer_tids)%"
+BY_ADDRESS = "%t.ctid = ANY (v_tids)%"
 BY_KEY = "%t2.timer_key = u.k%"
 
 

@@ -26,7 +26,7 @@ NOW = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 QUEEN_TABLES = [
     "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
     "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
-    "queen.kv", "queen.kv_quota", "queen.kv_usage",
+    "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate",
 ]
 
 
@@ -272,6 +272,11 @@ class Queen:
 
     def usage_step(self, now=NOW, max_tenants=1000, shards=None):
         return self.one("SELECT queen.kv_usage_step_v1(%s::int2[], %s, %s)", (shards, now, max_tenants))
+
+    def usage_step2(self, now=NOW, every_ms=300000, max_tenants=1000, shards=None):
+        """kv_usage_step_v2: the rollup behind its fleet gate (schema version 10)."""
+        return self.one("SELECT queen.kv_usage_step_v2(%s::int2[], %s, %s, %s)",
+                        (shards, now, max_tenants, every_ms))
 
 
 

@@ -282,6 +282,62 @@ def test_usage_never_moves_computed_at_backwards(q):
     assert row["computed_at"] == NOW + ms(60000) and row["kv_rows"] == 2
 
 
+def test_usage_gate_runs_one_pass_per_interval_for_every_broker(q):
+    """Schema version 10: kv_usage_step_v2 runs the pass only when none ran within every_ms
+    before now, by any broker (queen.kv_usage_gate.last_at), and answers the others
+    "recent" with the age of that pass, reading nothing else. At the interval it runs again."""
+    q.put("a", 1, forever=True)
+    r = q.usage_step2(now=NOW, every_ms=60000)
+    assert r["skipped"] is None and r["tenants"][0]["kvRows"] == 1
+    assert q.one("SELECT last_at FROM queen.kv_usage_gate") == NOW
+    q.put("b", 1, forever=True)
+    r = q.usage_step2(now=NOW + ms(59999), every_ms=60000)   # another broker, 1 ms early
+    assert r == {"skipped": "recent", "ageMs": 59999, "nowMs": epoch_ms(NOW + ms(59999))}
+    assert q.one("SELECT kv_rows FROM queen.kv_usage") == 1  # not recomputed
+    r = q.usage_step2(now=NOW + ms(60000), every_ms=60000)   # at the interval: runs
+    assert r["skipped"] is None and r["tenants"][0]["kvRows"] == 2
+    assert q.one("SELECT last_at FROM queen.kv_usage_gate") == NOW + ms(60000)
+    # A broker on the 30 s quota cadence asks for a shorter interval and gets its pass.
+    r = q.usage_step2(now=NOW + ms(90000), every_ms=30000)
+    assert r["skipped"] is None
+    # A clock behind the last pass: age 0, never negative; the gate never moves back.
+    r = q.usage_step2(now=NOW, every_ms=30000)
+    assert r["skipped"] == "recent" and r["ageMs"] == 0
+    assert q.one("SELECT last_at FROM queen.kv_usage_gate") == NOW + ms(90000)
+
+
+def test_usage_gate_passes_a_pass_running_elsewhere_without_waiting(q, connections):
+    """A pass in progress holds the gate row: another broker answers "running" at once (SKIP
+    LOCKED) instead of waiting for it or running the same pass beside it."""
+    q.put("a", 1, forever=True)
+    q.usage_step2(now=NOW)                                  # the row exists
+    holder = connections()
+    holder.autocommit = False
+    holder.cursor().execute("SELECT 1 FROM queen.kv_usage_gate WHERE id = 1 FOR UPDATE")
+    other = Queen(connections(options="-c lock_timeout=2000"))
+    r = other.usage_step2(now=NOW + ms(600000))
+    holder.rollback()
+    assert r == {"skipped": "running", "nowMs": epoch_ms(NOW + ms(600000))}
+    assert q.one("SELECT last_at FROM queen.kv_usage_gate") == NOW
+
+
+@pytest.mark.parametrize("every", [None, 0, -1])
+def test_usage_gate_without_an_interval_always_runs(q, every):
+    q.put("a", 1, forever=True)
+    q.usage_step2(now=NOW, every_ms=60000)
+    r = q.usage_step2(now=NOW + ms(1), every_ms=every)
+    assert r["skipped"] is None and r["tenants"][0]["kvRows"] == 1
+
+
+def test_usage_gate_row_comes_back_after_a_truncate(q):
+    q.put("a", 1, forever=True)
+    q.exec("TRUNCATE queen.kv_usage_gate")
+    r = q.usage_step2(now=NOW, every_ms=60000)
+    assert r["skipped"] is None
+    assert q.all("SELECT id, last_at FROM queen.kv_usage_gate") == [{"id": 1, "last_at": NOW}]
+    assert q.usage_step2(now=NOW + ms(1), every_ms=60000)["skipped"] == "recent"
+
+
 def test_usage_quota_ratios(q):
     for i in range(5):
         q.put("k%d" % i, i, forever=True, tenant=T1)

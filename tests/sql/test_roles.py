@@ -30,6 +30,7 @@ SWEEPER_CALLS = {
                  " '{}'::bytea[], '{}'::int[], '{}'::text[])", ()),
     "kv_expire_step": ("SELECT queen.kv_expire_step_v1(NULL, %s, 10)", (NOW,)),
     "kv_usage_step": ("SELECT queen.kv_usage_step_v1(NULL, %s, 10)", (NOW,)),
+    "kv_usage_step_v2": ("SELECT queen.kv_usage_step_v2(NULL, %s, 10, 1000)", (NOW,)),
 }
 
 BROKER_CALLS = {
@@ -147,7 +148,7 @@ def test_grants_are_exact(q):
             "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'queen'::regnamespace"
             "   AND has_function_privilege(%s, p.oid, 'EXECUTE')", (role,)))
     assert executable("queen_sweeper") == sorted([
-        "kv_expire_step_v1", "kv_usage_step_v1", "log_timers_claim_v1", "log_timers_claim_v2",
+        "kv_expire_step_v1", "kv_usage_step_v1", "kv_usage_step_v2", "log_timers_claim_v1", "log_timers_claim_v2",
         "log_timers_claim_v3", "log_timers_claim_v4", "log_timers_below_floor_v1",
         "log_timers_dlq_v1", "log_timers_due_v1", "log_timers_due_v2", "log_timers_fail_v1", "log_timers_fail_v2",
         "log_timers_fire_v1", "log_timers_fire_v2", "log_timers_release_v1", "log_timers_release_claims_v1",
@@ -191,8 +192,8 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
         assert "OPERATOR(pg_catalog." in r["prosrc"]
     definer = sorted(r["proname"] for r in rows if r["prosecdef"])
     assert definer == sorted(set(
-        ["kv_expire_step_v1", "kv_usage_step_v1", "log_timers_claim_v1", "log_timers_claim_v2",
-         "log_timers_claim_v3", "log_timers_claim_v4", "log_timers_below_floor_v1", "log_timers_due_v2",
+        ["kv_expire_step_v1", "kv_usage_step_v1", "kv_usage_step_v2", "log_timers_claim_v1",
+         "log_timers_claim_v2", "log_timers_claim_v3", "log_timers_claim_v4", "log_timers_below_floor_v1", "log_timers_due_v2",
          "log_timers_release_v2", "log_timers_release_claims_v2",
          "log_timers_dlq_v1", "log_timers_due_v1", "log_timers_fail_v1", "log_timers_fail_v2",
          "log_timers_fire_v1", "log_timers_fire_v2", "log_timers_release_v1", "log_timers_release_claims_v1",

@@ -54,11 +54,14 @@ TENANT_B = "00000000-0000-0000-0000-0000000000b2"
 QUEEN_TABLES = [
     "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
     "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
-    "queen.kv", "queen.kv_quota", "queen.kv_usage",
+    "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate",
 ]
 
-# The two functions of 005 that the class-42 tests drop (and the fixtures restore).
+# The functions of 005 that the class-42 tests drop or revoke (and the fixtures restore):
+# the prune and the rollup the sweeper calls (kv_usage_step_v2 since schema version 10),
+# then the rollup's pass that v2 runs (v1).
 MAINTENANCE_FUNCTIONS = ("queen.kv_expire_step_v1(int2[], timestamptz, int)",
+                         "queen.kv_usage_step_v2(int2[], timestamptz, int, int)",
                          "queen.kv_usage_step_v1(int2[], timestamptz, int)")
 
 

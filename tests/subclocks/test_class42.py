@@ -2,7 +2,7 @@
 process, with one warning, while the fire and the other phase keep running.
 
 The prune is broken by dropping queen.kv_expire_step_v1 (42883, undefined function); the
-rollup by revoking EXECUTE on queen.kv_usage_step_v1 from the role the sweeper logs in as
+rollup by revoking EXECUTE on queen.kv_usage_step_v2 (the call the sweeper makes) from the role the sweeper logs in as
 (42501, insufficient privilege). Both are put back by the fixtures: 005 re-applied (the
 q fixture), EXECUTE granted to PUBLIC again and the role dropped (limited_role)."""
 
@@ -13,7 +13,7 @@ from psycopg2.extensions import make_dsn
 
 from conftest import MAINTENANCE_FUNCTIONS, apply_sql_files, assert_clean_stop, op_schedule, wait_for
 
-PRUNE_FN, ROLLUP_FN = MAINTENANCE_FUNCTIONS
+PRUNE_FN, ROLLUP_FN = MAINTENANCE_FUNCTIONS[:2]
 ROLE = "queen_subclocks_limited"
 OFF_TEXT = "turned off for the life of this process"
 

@@ -63,6 +63,42 @@ def test_rollup_runs_on_its_gate_and_fills_kv_usage(q, sweepers):
     assert final["cycle_errors_total"] == 0, final["last_error"]
 
 
+def test_one_pass_per_interval_serves_every_broker(q, sweepers):
+    """Schema version 10: the rollup's figures are the database's, so three brokers on a
+    1 s gate run about one pass a second between them, not three (kv_usage_step_v2's fleet
+    gate); the others count their gate passed up (rollup.skipped_total) and still see the
+    usage in queen.kv_usage."""
+    q.kv_insert("fleet", 50, expires_sql="NULL", tenant=TENANT_A)
+    q.schedule([op_schedule("fleet-q", f"t{i}", b"x", delay_ms=3_600_000) for i in range(3)],
+               tenant=TENANT_A)
+    hs = [sweepers(f"rollup-fleet-{i}", kv_usage_every_ms=1000, kv_expire_every_ms=3_600_000,
+                   sweeper_max_sleep_ms=50) for i in range(3)]
+    for h in hs:
+        h.start()
+    try:
+        wait_for(lambda: sum(h.stats()["rollup"]["runs_total"] for h in hs) >= 1, 10,
+                 what="the first pass")
+        t0 = time.monotonic()
+        runs0 = sum(h.stats()["rollup"]["runs_total"] for h in hs)
+        time.sleep(4.0)
+        secs = time.monotonic() - t0
+        sts = [h.stats() for h in hs]
+    finally:
+        for h in hs:
+            assert_clean_stop(h)
+    runs = sum(st["rollup"]["runs_total"] for st in sts) - runs0
+    skipped = sum(st["rollup"]["skipped_total"] for st in sts)
+    print(f"\n[rollup-fleet] {runs} passes in {secs:.1f} s by 3 brokers on a 1 s gate; "
+          f"per broker runs/skipped: {[(st['rollup']['runs_total'], st['rollup']['skipped_total']) for st in sts]}")
+    # One a second between them (each interval's pass takes a few ms): at most one more for
+    # the edges of the window. Without the gate it is about three a second.
+    assert 2 <= runs <= secs + 1, runs
+    assert skipped >= 3, skipped
+    assert _usage(q)[TENANT_A] == (50, 3)
+    for st in sts:
+        assert st["phases"]["rollup"] == "on" and st["cycle_errors_total"] == 0, st["last_error"]
+
+
 def _run_times(h, seconds, interval=0.05):
     """Watch rollup.runs_total for `seconds`; the monotonic instant of every increase."""
     seen, times = h.stats()["rollup"]["runs_total"], []
