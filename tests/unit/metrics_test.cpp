@@ -238,6 +238,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"kv_expired_not_pruned_capped", "queen_sweeper_kv_expired_not_pruned_capped"},
         {"kv_expiry_lag_ms", "queen_sweeper_kv_expiry_lag_seconds"},
         {"rollup.runs_total", "queen_sweeper_rollup_runs_total"},
+        {"rollup.skipped_total", "queen_sweeper_rollup_skipped_total"},
         {"rollup.max_quota_ratio", "queen_sweeper_rollup_max_quota_ratio"},
         {"rollup.sampled", "queen_sweeper_rollup_sampled"},
         {"pressure", "queen_sweeper_pressure"},
