@@ -595,8 +595,10 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
     FireTally t = tally_fire_answer(rows, batch, j["segments"]);
     publish_fire(rows, batch, t);
     // A row the fire could not lock is not necessarily lost to us: another broker's claim
-    // may have held it for an instant (SKIP LOCKED) while our token is still on it. Hand
-    // such rows back now, token-matched, instead of leaving them to the lease.
+    // may have held it for an instant (SKIP LOCKED) while our token is still on it. A
+    // segment whose missed rows are all still ours comes back busy and is kept (below,
+    // schema version 10); a stale one (some row not ours) may still have such rows: hand
+    // them back now, token-matched, instead of leaving them to the lease.
     if (t.stale_unheld > 0 && !ctx_.hard_stop.load())
         co_await hand_back(rows, t.stale_rows, t.stale_unheld, "stale rows");
     if (t.busy.segments.empty()) co_return;
