@@ -34,7 +34,7 @@ int64_t rollup_wait_after_skip(int64_t every_ms, int64_t age_ms) {
     const int64_t every = std::max<int64_t>(every_ms, 1);
     if (age_ms < 0) return every;  // running elsewhere: a whole interval
     const int64_t left = every - std::min(age_ms, every);
-    return std::max<int64_t>(left, kRollupMinWaitMs);
+    return std::max<int64_t>(left, std::min(kRollupMinWaitMs, every));
 }
 
 Task<void> Rollup::run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono) {

@@ -16,7 +16,8 @@ namespace qsw {
 
 // After a pass passed up: how long until this broker's gate opens again. age_ms is how long
 // ago the other broker's pass ran ("recent"), or negative when it is running now: then a
-// whole interval. Never less than kRollupMinWaitMs (clocks of two brokers differ a little).
+// whole interval. Never less than kRollupMinWaitMs (clocks of two brokers differ a little),
+// nor than the interval when that is shorter.
 constexpr int64_t kRollupMinWaitMs = 1000;
 int64_t rollup_wait_after_skip(int64_t every_ms, int64_t age_ms);
 

@@ -79,7 +79,7 @@ void observe_call(const std::string &sql) {
     if (has("log_timers_below_floor_v1")) return;
     if (has("schema_version_v1") || has("CREATE ")) note(Kind::schema, "schema");
     else if (has("log_timers_due_v")) note(Kind::probe, "probe");
-    else if (has("kv_usage_step_v1")) note(Kind::rollup, "rollup");
+    else if (has("kv_usage_step_v2")) note(Kind::rollup, "rollup");
     else if (has("kv_expire_step_v1")) note(Kind::prune, "prune");
     else if (has("inet_server_addr") || has("log_timers_in_doubt_v1") || has("release_claims_v"))
         note(Kind::preface, "recovery");  // the cycle's first step after a loss, before its probe

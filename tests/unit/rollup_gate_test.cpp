@@ -24,6 +24,8 @@ TEST(RollupGate, APassRunningElsewhereWaitsAWholeInterval) {
 
 TEST(RollupGate, ExtremeIntervalsStayInBounds) {
     EXPECT_EQ(rollup_wait_after_skip(0, -1), 1);                 // an interval under 1 ms counts as 1
-    EXPECT_EQ(rollup_wait_after_skip(-5, 0), kRollupMinWaitMs);
+    EXPECT_EQ(rollup_wait_after_skip(-5, 0), 1);
+    EXPECT_EQ(rollup_wait_after_skip(100, 60), 100);             // a gate under 1 s: its own interval
+    EXPECT_EQ(rollup_wait_after_skip(100, 20), 100);
     EXPECT_EQ(rollup_wait_after_skip(std::numeric_limits<int64_t>::max(), 0), std::numeric_limits<int64_t>::max());
 }
