@@ -531,11 +531,11 @@ BEGIN
             -- without its lock on every row. Before, any held partition sent the whole
             -- call the general way: with four brokers on the same partitions, most fires
             -- (tests/bench/README.md, seventh pass).
-            SELECT count(*), array_agg(u.tid) FILTER (WHERE v_last[u.s] IS NOT NULL)
+            -- (v_tids is read only by address, where every timer has one.)
+            SELECT count(*), array_agg(u.tid)
               INTO v_want, v_tids
               FROM unnest(p_timer_seg, p_timer_tids) AS u(s, tid)
              WHERE v_last[u.s] IS NOT NULL;
-            v_tids := CASE WHEN p_timer_tids IS NULL THEN NULL ELSE v_tids END;
         END IF;
 
         -- The rows, deleted under a 1 ms lock_timeout (a DELETE cannot skip a locked row).
