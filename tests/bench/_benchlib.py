@@ -73,20 +73,27 @@ def bench_sql_dir() -> str:
     return os.environ.get("QUEEN_BENCH_SQL_DIR") or os.path.join(ROOT, "sql")
 
 
-def ensure_database(sql_dir: str = None) -> str:
+def ensure_database(sql_dir: str = None, huge_pages: bool = False) -> str:
     """QUEEN_TEST_CONNINFO, or a throwaway cluster started now and stopped at exit, holding
     only the schema of sql_dir (default bench_sql_dir()): tests/pg applies it and nothing of
     this tree's, so a "before" is not measured on top of the "after"'s indexes, triggers,
     storage settings or functions (until 2026-12-01 it was: tests/pg applied this tree's
     sql/ first, and an older schema applied over it kept everything the older one does
-    not replace)."""
+    not replace). huge_pages: the throwaway cluster keeps its shared memory in huge pages
+    (tests/pg, QUEEN_PG_HUGE_PAGES=on); a server given by QUEEN_TEST_CONNINFO is as it is
+    (the caller checks SHOW huge_pages)."""
     conninfo = os.environ.get("QUEEN_TEST_CONNINFO")
     if conninfo:
         return conninfo
     pgdir = tempfile.mkdtemp(prefix="queen-bench.")
     pg = os.path.join(ROOT, "tests", "pg")
-    env = dict(os.environ, QUEEN_PG_SQL_DIR=os.path.abspath(sql_dir or bench_sql_dir()))
-    out = subprocess.run([pg, "start", pgdir], check=True, capture_output=True, text=True, env=env).stdout
+    env = dict(os.environ, QUEEN_PG_SQL_DIR=os.path.abspath(sql_dir or bench_sql_dir()),
+               QUEEN_PG_HUGE_PAGES="on" if huge_pages else "off")
+    started = subprocess.run([pg, "start", pgdir], capture_output=True, text=True, env=env)
+    if started.returncode != 0:
+        subprocess.run([pg, "stop", pgdir], check=False)
+        sys.exit(f"tests/pg start failed: {started.stderr.strip() or started.stdout.strip()}")
+    out = started.stdout
     atexit.register(lambda: subprocess.run([pg, "stop", pgdir], check=False))
     for line in out.splitlines():
         line = line.strip()
