@@ -1148,6 +1148,10 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET enable_seqscan = off
+-- Planned once per session (schema version 11), as the claim (log_timers_claim_v4): every
+-- statement here walks the due index by range, and the probe runs once a cycle on every
+-- broker, idle or not.
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     -- now is the caller's now() (its transaction's start): every transaction committed
@@ -1326,6 +1330,16 @@ $fn$;
 --   the first claim that names it, whatever that backlog's size.
 -- Everything else (the byte budget, the skip list, the claim id, the lease, the refusals,
 -- the switches) is log_timers_claim_v2's.
+-- Plans (schema version 11): generic, made once per session, as the fire's (003). plpgsql
+-- had kept a custom plan for the claim's statement and planned it afresh on every call:
+-- 1.7 ms a claim with one broker, 2.1-2.7 ms with four (pg_stat_statements.track_planning,
+-- tests/bench/README.md "Ninth pass"), and a custom plan estimates its ranges of the due
+-- index by reading the index's live ends, past the rows in flight and the dead entries at
+-- its head. Every statement walks one of the two due indexes by range (enable_seqscan
+-- off), which a generic plan keeps. Incremental sorts are off: without the values of its
+-- range, a generic plan otherwise takes a tenant's share through the primary key (its
+-- tenant_id prefix) and sorts by due_at every row the tenant has
+-- (tests/sql/test_due_claim.py asserts the share's index).
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as
 -- log_timers_claim_v2; the floor's read takes none.
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v4(
@@ -1339,6 +1353,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan SET enable_incremental_sort = off  -- "Plans" above
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -1381,8 +1396,7 @@ BEGIN
       FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
 
     IF v_all THEN
-        -- The read below takes a snapshot of its own (a VOLATILE function), after now (the
-        -- caller's now(), its transaction's start).
+        -- The read below takes a snapshot of its own (VOLATILE), after now (the caller's now()).
         v_t0 := p_now;
         SELECT t.due_at INTO v_head
           FROM queen.log_timers t

@@ -150,6 +150,43 @@ def test_claim_is_one_ordered_index_walk(q, db):
     assert "rows=16 loops=1" in lock.splitlines()[0], plan
 
 
+def test_the_claim_and_the_probe_are_planned_once_per_session(q, connections):
+    """Schema version 11: log_timers_claim_v4 and log_timers_due_v2 run under plan_cache_mode
+    = force_generic_plan. Until then plpgsql kept a custom plan for the claim's statement and
+    planned it afresh on every call (1.7-2.7 ms a claim, tests/bench/README.md "Ninth pass"),
+    reading the due index's live ends for its estimates. Counted by pg_stat_statements
+    (tests/pg loads it) in a fresh session: one plan for six calls."""
+    assert q.one("SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'") == 1, \
+        "pg_stat_statements is missing: tests/pg preloads and creates it"
+    schedule_many(q, ["k%03d" % i for i in range(120)])
+    q.exec("ANALYZE queen.log_timers")
+    c = connections()
+    with c.cursor() as cur:
+        cur.execute("SET pg_stat_statements.track = 'all'")
+        cur.execute("SET pg_stat_statements.track_planning = on")
+
+    def counted(text):
+        with c.cursor() as cur:
+            cur.execute("SELECT coalesce(sum(plans), 0), coalesce(sum(calls), 0) FROM pg_stat_statements"
+                        " WHERE NOT toplevel AND query LIKE %s", (text + "%",))
+            return cur.fetchone()
+
+    # The claim's statement, and the probe's walk to the first row in nobody's hands (plpgsql
+    # hands the statement on without its INTO).
+    claim_text, probe_text = "WITH oldest AS MATERIALIZED", "SELECT t.due_at, t.tenant_id"
+    claim0, probe0 = counted(claim_text), counted(probe_text)
+    for k in range(6):
+        with c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM queen.log_timers_claim_v4(NULL, %s, 30000, 10, NULL, NULL,"
+                        " NULL, NULL, NULL, NULL, NULL, %s::uuid[])", (NOW + ms(k), [T1]))
+            assert cur.fetchone()[0] == 10
+            cur.execute("SELECT queen.log_timers_due_v2(NULL, %s, 2000, NULL, NULL)", (NOW + ms(k),))
+            assert cur.fetchone()[0]["due"] == 120 - 10 * (k + 1)
+    claim1, probe1 = counted(claim_text), counted(probe_text)
+    assert claim1[1] - claim0[1] == 6 and claim1[0] - claim0[0] == 1, (claim0, claim1)
+    assert probe1[1] - probe0[1] == 6 and probe1[0] - probe0[0] == 1, (probe0, probe1)
+
+
 # ---------------------------------------------------------------------------------------
 # claim
 # ---------------------------------------------------------------------------------------
