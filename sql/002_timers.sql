@@ -1339,7 +1339,7 @@ $fn$;
 -- off), which a generic plan keeps. Incremental sorts are off: without the values of its
 -- range, a generic plan otherwise takes a tenant's share through the primary key (its
 -- tenant_id prefix) and sorts by due_at every row the tenant has
--- (tests/sql/test_due_claim.py asserts the share's index).
+-- (tests/sql/test_floor.py asserts the share's index).
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as
 -- log_timers_claim_v2; the floor's read takes none.
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v4(
