@@ -305,8 +305,11 @@ $apply$;
 --   the next walk from the floor, at most that long after;
 -- * it advances only past rows a claim's pool covered: a pool taken whole and full, or up
 --   to its first row not taken (the byte budget, the shares); a short pool clears it;
--- * only claims over every shard read it, and only those with no skip list move it (the
---   rows of a partition left out are not in the pool, so a pool does not cover them);
+-- * only claims over every shard read or move it. A claim with a skip list (the
+--   partitions whose batches its broker keeps, someone holding them) moves it forward but
+--   never founds it (the rows it left out are behind it, and wait for the next walk from
+--   the floor, as a lapsed lease's do), and a short pool of such a claim leaves it as it is
+--   (the skip list, not the due rows' end, may have made it short);
 -- * its row is taken FOR UPDATE SKIP LOCKED: no claim ever waits for it, and a claim that
 --   finds it held leaves it as it is.
 -- A mark left by rows since deleted (a TRUNCATE, a restore) is harmless: a walk never starts
@@ -1586,8 +1589,7 @@ BEGIN
         SELECT o.tid, o.ct, o.cq, o.ck, o.cv, o.cd
           FROM ordered o
          WHERE o.pos <= p_max_rows AND (o.pos = 1 OR v_bytes IS NULL OR o.cum <= v_bytes)
-    ), noted AS (  -- The claim mark (schema version 12, log_timers_claim_mark), never waited for.
-        UPDATE queen.log_timers_claim_mark AS m
+    ), noted AS (UPDATE queen.log_timers_claim_mark AS m  -- the claim mark, never waited for
            SET (mark, founded_at) = (SELECT x.mark, x.founded_at
                   FROM (SELECT count(*) AS n, max(o.cv) AS upto FROM oldest o) p,
                        (SELECT min(o.cv) AS at FROM oldest o WHERE NOT (SELECT w.ok FROM whole w)  -- an anti-join
@@ -1596,7 +1598,8 @@ BEGIN
                            p.upto, l.at, p_now) x)
          WHERE v_all AND m.id = 1
            AND m.ctid = (SELECT l.ctid FROM queen.log_timers_claim_mark l WHERE l.id = 1 FOR UPDATE SKIP LOCKED)
-           AND (m.mark IS NOT NULL OR (SELECT count(*) FROM oldest) >= p_max_rows)
+           AND CASE WHEN (SELECT count(*) FROM oldest) >= p_max_rows THEN true  -- a short pool: see the header
+                    ELSE m.mark IS NOT NULL AND NOT v_skip END
     ), claimed AS (
         UPDATE queen.log_timers AS t
            SET claim_token = coalesce(p_claim_id, gen_random_uuid()),

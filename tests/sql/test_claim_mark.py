@@ -147,6 +147,10 @@ def test_claims_over_some_shards_leave_the_mark_alone_and_a_skip_list_never_foun
     # it leaves out that it passes are reached by the next walk from the floor.
     assert claim(q, now=NOW + ms(6), skip=[(T1, "q", part + "-other")], max_rows=3) == keys(14, 17)
     assert mark(q) == {"mark": due_of(q, "k016"), "founded_at": NOW + ms(3)}
+    # A short pool because of its skip list (every row is in the partition it leaves out)
+    # says nothing of the due rows' end: the mark stays.
+    assert claim(q, now=NOW + ms(7), skip=[(T1, "q", part)], max_rows=3) == []
+    assert mark(q) == {"mark": due_of(q, "k016"), "founded_at": NOW + ms(3)}
     assert claim(q, now=NOW + ms(3) + AGE, max_rows=3) == keys(6, 9)
 
 
