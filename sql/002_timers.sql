@@ -289,95 +289,6 @@ BEGIN
 END
 $apply$;
 
--- The claim mark (schema version 12). One row: a due_at the claims of every broker advance
--- past what their walks of the due index covered, so that the next claim's walk for the
--- oldest rows starts there instead of at the floor, and no longer passes, one heap read
--- each, every row the other brokers hold in flight (tests/bench/README.md, tenth pass:
--- about two shared-buffer pages per fired timer with four brokers). Only a hint: a claim
--- that does not trust it walks from the floor as before. The rules, and why every timer
--- stays reachable (docs/design.md, "The claim mark"):
--- * a walk starts at greatest(floor, least(mark, now - slack)): a row whose transaction
---   commits within the floor's slack is never behind it (the floor's own rule, 3a);
--- * the mark is trusted for log_timers_claim_mark_age_v1() after the walk from the floor
---   that founded it (founded_at, the founding claim's now), not after its last advance: a
---   row that lands behind it by another way (a lease that lapsed with its broker, a row a
---   transaction held locked while the walks passed and then left where it was) is found by
---   the next walk from the floor, at most that long after;
--- * it advances only past rows a claim's pool covered: a pool taken whole and full, or up
---   to its first row not taken (the byte budget, the shares); a short pool clears it;
--- * only claims over every shard read or move it. A claim with a skip list (the
---   partitions whose batches its broker keeps, someone holding them) moves it forward but
---   never founds it (the rows it left out are behind it, and wait for the next walk from
---   the floor, as a lapsed lease's do), and a short pool of such a claim leaves it as it is
---   (the skip list, not the due rows' end, may have made it short);
--- * its row is taken FOR UPDATE SKIP LOCKED: no claim ever waits for it, and a claim that
---   finds it held leaves it as it is.
--- A mark left by rows since deleted (a TRUNCATE, a restore) is harmless: a walk never starts
--- after now - slack, where every row written since is, and the mark is trusted for a second.
--- fillfactor 10 (not measured (2026-12-03)): one row updated by every claim of a backlog,
--- heap-only, with room on its page for the versions a held snapshot keeps.
-CREATE TABLE IF NOT EXISTS queen.log_timers_claim_mark (
-    id         int PRIMARY KEY CHECK (id = 1),
-    mark       timestamptz,
-    founded_at timestamptz
-) WITH (fillfactor = 10);
-INSERT INTO queen.log_timers_claim_mark (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
-
--- queen.log_timers_claim_mark_age_v1() -> interval: how long after the walk from the floor
--- that founded it the claim mark is trusted (see above). 1 second: a timer that lands
--- behind the mark (a lapsed lease, a row left locked) waits at most about that much longer;
--- a backlog's claims walk from the floor about once a second, fleet-wide. Locks: none.
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_mark_age_v1()
-RETURNS interval
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, queen, pg_temp
-AS $fn$
-    SELECT interval '1 second'
-$fn$;
-
--- queen.log_timers_claim_start_v1(now, floor) -> (start timestamptz, founding boolean)
--- Where a claim's walk for the oldest rows starts: after the claim mark when it is trusted
--- (founded at most log_timers_claim_mark_age_v1() before now, and not after it), held back
--- to now - slack and never before the floor; else the floor, and the walk founds a new mark.
--- A null floor: the floor. Read-only. Locks: none (a plain read of the mark).
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_start_v1(p_now timestamptz, p_floor timestamptz)
-RETURNS TABLE (start timestamptz, founding boolean)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, queen, pg_temp
-AS $fn$
-    SELECT coalesce(s.start, p_floor), s.start IS NULL OR s.start <= p_floor
-      FROM (SELECT (SELECT greatest(p_floor, least(m.mark, p_now - queen.log_timers_floor_slack_v1()))
-                      FROM queen.log_timers_claim_mark m
-                     WHERE m.id = 1 AND p_floor IS NOT NULL AND m.mark IS NOT NULL
-                       AND m.founded_at <= p_now
-                       AND m.founded_at > p_now - queen.log_timers_claim_mark_age_v1()) AS start) s
-$fn$;
-
--- queen.log_timers_claim_mark_next_v1(mark, founded_at, founding, max_rows, pooled, upto,
---                                     left_at, now) -> (mark, founded_at)
--- The claim mark after a claim (pure): pooled rows were found by its walk for the oldest
--- rows (max_rows asked), upto the last of them, left_at the first it did not take (null
--- when it took them all). A short pool clears it; a full one covers its rows up to left_at
--- (or upto): a walk from the floor founds the mark there (founded_at = now), a walk from the
--- mark moves it forward only, its founding unchanged (a mark cleared meanwhile stays so).
--- Locks: none.
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_mark_next_v1(
-    p_mark timestamptz, p_founded_at timestamptz, p_founding boolean, p_max_rows int,
-    p_pooled bigint, p_upto timestamptz, p_left_at timestamptz, p_now timestamptz)
-RETURNS TABLE (mark timestamptz, founded_at timestamptz)
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, queen, pg_temp
-AS $fn$
-    SELECT CASE WHEN p_pooled < p_max_rows OR p_upto IS NULL THEN NULL
-                WHEN p_founding THEN coalesce(p_left_at, p_upto)
-                WHEN p_mark IS NULL OR p_founded_at IS NULL THEN NULL
-                ELSE greatest(p_mark, coalesce(p_left_at, p_upto)) END,
-           CASE WHEN p_pooled < p_max_rows OR p_upto IS NULL THEN NULL
-                WHEN p_founding THEN p_now
-                WHEN p_mark IS NULL THEN NULL
-                ELSE p_founded_at END
-$fn$;
-
 -- queen.log_timers_op_field_v1(op, index, field, json type, required) -> jsonb
 -- One field of an apply op, type-checked; a JSON null counts as absent; strings other than
 -- payload must not be empty. Raises 22023 naming the op index and the field. Locks: none.
@@ -1378,46 +1289,6 @@ AS $fn$
      LIMIT 1
 $fn$;
 
--- queen.log_timers_claim_walk_v1(now, floor, all_shards boolean, marking boolean)
---   -> (floor timestamptz, start timestamptz, founding boolean)
--- Where log_timers_claim_v4's walks start. floor: over every shard, a plain read finds the
--- earliest live row at or after the given floor (h), and the floor is least(h, now - slack),
--- never before the given one (3a); over a subset of the shards, the given floor. start: the
--- walk for the oldest rows, after the claim mark when marking and it is trusted
--- (log_timers_claim_start_v1), else the floor; founding: it starts at the floor. VOLATILE:
--- the read takes a snapshot of its own, after the caller's now. Locks: none.
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_walk_v1(
-    p_now timestamptz, p_floor timestamptz, p_all boolean, p_marking boolean)
-RETURNS TABLE (floor timestamptz, start timestamptz, founding boolean)
-LANGUAGE plpgsql
-SET search_path = pg_catalog, queen, pg_temp
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
-AS $fn$
-#variable_conflict use_column
-DECLARE
-    v_head  timestamptz;
-    v_floor timestamptz := p_floor;
-BEGIN
-    IF p_all THEN
-        SELECT t.due_at INTO v_head
-          FROM queen.log_timers t
-         WHERE t.due_at >= coalesce(p_floor, '-infinity')
-         ORDER BY t.due_at
-         LIMIT 1;
-        v_floor := least(coalesce(v_head, 'infinity'::timestamptz), p_now - queen.log_timers_floor_slack_v1());
-        IF p_floor IS NOT NULL AND v_floor < p_floor THEN
-            v_floor := p_floor;
-        END IF;
-    END IF;
-    IF p_marking THEN
-        RETURN QUERY SELECT v_floor, s.start, s.founding FROM queen.log_timers_claim_start_v1(p_now, v_floor) s;
-    ELSE
-        RETURN QUERY SELECT v_floor, v_floor, true;
-    END IF;
-END
-$fn$;
-
 -- queen.log_timers_claim_v4(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
 --                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
 --                           skip_queues text[], skip_partitions text[], floor timestamptz,
@@ -1491,9 +1362,9 @@ DECLARE
     v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
     v_skip     boolean := coalesce(cardinality(p_skip_partitions), 0) > 0;
     v_tenants  uuid[];
-    v_floor    timestamptz;
-    v_start    timestamptz;   -- where the walk for the oldest rows starts (the claim mark)
-    v_found    boolean;       -- that walk starts at the floor: it founds the mark
+    v_t0       timestamptz;
+    v_head     timestamptz;
+    v_floor    timestamptz := p_floor;
     v_floor_ms bigint;
 BEGIN
     IF p_now IS NULL THEN
@@ -1524,8 +1395,19 @@ BEGIN
     SELECT array_agg(DISTINCT u) INTO v_tenants
       FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
 
-    SELECT w.floor, w.start, w.founding INTO v_floor, v_start, v_found
-      FROM queen.log_timers_claim_walk_v1(p_now, p_floor, v_all, v_all) w;
+    IF v_all THEN
+        -- The read below takes a snapshot of its own (VOLATILE), after now (the caller's now()).
+        v_t0 := p_now;
+        SELECT t.due_at INTO v_head
+          FROM queen.log_timers t
+         WHERE t.due_at >= coalesce(p_floor, '-infinity')
+         ORDER BY t.due_at
+         LIMIT 1;
+        v_floor := least(coalesce(v_head, 'infinity'::timestamptz), v_t0 - queen.log_timers_floor_slack_v1());
+        IF p_floor IS NOT NULL AND v_floor < p_floor THEN
+            v_floor := p_floor;
+        END IF;
+    END IF;
     v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
 
     RETURN QUERY
@@ -1534,7 +1416,7 @@ BEGIN
                t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
           FROM queen.log_timers t
          WHERE t.due_at <= p_now
-           AND t.due_at >= coalesce(v_start, '-infinity')
+           AND t.due_at >= coalesce(v_floor, '-infinity')
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
            AND (v_all OR t.shard = ANY (p_shards))
            AND (NOT v_skip OR NOT EXISTS (
@@ -1589,17 +1471,6 @@ BEGIN
         SELECT o.tid, o.ct, o.cq, o.ck, o.cv, o.cd
           FROM ordered o
          WHERE o.pos <= p_max_rows AND (o.pos = 1 OR v_bytes IS NULL OR o.cum <= v_bytes)
-    ), noted AS (UPDATE queen.log_timers_claim_mark AS m  -- the claim mark, never waited for
-           SET (mark, founded_at) = (SELECT x.mark, x.founded_at
-                  FROM (SELECT count(*) AS n, max(o.cv) AS upto FROM oldest o) p,
-                       (SELECT min(o.cv) AS at FROM oldest o WHERE NOT (SELECT w.ok FROM whole w)  -- an anti-join
-                           AND NOT EXISTS (SELECT 1 FROM chosen c WHERE c.tid = o.tid)) l,
-                       queen.log_timers_claim_mark_next_v1(m.mark, m.founded_at, v_found AND NOT v_skip, p_max_rows, p.n,
-                           p.upto, l.at, p_now) x)
-         WHERE v_all AND m.id = 1
-           AND m.ctid = (SELECT l.ctid FROM queen.log_timers_claim_mark l WHERE l.id = 1 FOR UPDATE SKIP LOCKED)
-           AND CASE WHEN (SELECT count(*) FROM oldest) >= p_max_rows THEN true  -- a short pool: see the header
-                    ELSE m.mark IS NOT NULL AND NOT v_skip END
     ), claimed AS (
         UPDATE queen.log_timers AS t
            SET claim_token = coalesce(p_claim_id, gen_random_uuid()),

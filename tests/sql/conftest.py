@@ -43,9 +43,6 @@ def db(connections):
     conn = connections()
     with conn.cursor() as cur:
         cur.execute("TRUNCATE %s RESTART IDENTITY CASCADE" % ", ".join(QUEEN_TABLES))
-        # Every test runs at the same fixed NOW, so a claim mark one test left would be
-        # trusted by the next (with the real clock it is trusted for a second).
-        cur.execute("UPDATE queen.log_timers_claim_mark SET mark = NULL, founded_at = NULL")
     return conn
 
 
