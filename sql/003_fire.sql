@@ -480,7 +480,10 @@ $fn$;
 -- takes the general way (hold, append, settle), which sorts out busy, stale and duplicate
 -- segments. The general way locks every row (one WAL record each) before deleting it
 -- (another); this way writes one per row, and never touches a busy segment's rows.
--- Arguments as checked by log_timers_fire_check_v1.
+-- Arguments: the segments' names and counts as its caller checked them (one element each,
+-- none null or empty, counts at least 1); the rest checked here by log_timers_fire_check_v1
+-- (without its two dearest findings, above) once the partitions are taken, unless every
+-- one is held by someone else (then nothing is taken: the all-busy answer).
 -- Locks, in order: queues and log_partitions only to provision (as log_timers_fire_ids_v1);
 -- the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait false) in
 -- ascending id order; the named rows of queen.log_timers, by DELETE under a lock_timeout of
@@ -515,16 +518,26 @@ BEGIN
     BEGIN
         v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all);
         v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
+        -- Every partition held by someone else (p_wait false): the general way could only
+        -- answer busy for every segment, after a full check and a lock (and a WAL record)
+        -- on every row, all for nothing. Answered here instead, nothing taken: the rows
+        -- stay claimed, and the caller's next call (which waits a little for the
+        -- partition) checks, holds and fires them, or finds them stale. Before the check
+        -- of the timers (schema version 12), the call's dearest step after the append:
+        -- with four brokers on one partition, nearly half the fire calls were such
+        -- answers, each checking every timer of its batch for nothing (tests/bench/
+        -- README.md, eleventh pass).
+        IF NOT EXISTS (SELECT 1 FROM unnest(v_last) AS l(o) WHERE l.o IS NOT NULL) THEN
+            RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
+                v_ids.partition_ids, v_last, NULL, '{}');
+        END IF;
+        -- The refusals (log_timers_fire_check_v1 without the two this way finds by itself),
+        -- now that something can be fired: a malformed call is refused here, its
+        -- provisioning and partition locks undone with it.
+        PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+            p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
+            false);
         IF array_position(v_last, NULL) IS NOT NULL THEN
-            -- Every partition held by someone else (p_wait false): the general way could
-            -- only answer busy for every segment, after a full check and a lock (and a WAL
-            -- record) on every row, all for nothing. Answered here instead, nothing taken:
-            -- the rows stay claimed, and the caller's next call (which waits a little for
-            -- the partition) holds, checks and fires them, or finds them stale.
-            IF NOT EXISTS (SELECT 1 FROM unnest(v_last) AS l(o) WHERE l.o IS NOT NULL) THEN
-                RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
-                    v_ids.partition_ids, v_last, NULL, '{}');
-            END IF;
             -- Some held (schema version 10): the segments of the partitions we took are
             -- fired this way, the others answered busy with their rows untouched (not
             -- read, not locked, still claimed), as the general way answers them but
@@ -638,7 +651,10 @@ $fn$;
 -- of different lengths, a null element, seg_counts[i] < 1, seg_hashes[i] not
 -- 16 * seg_counts[i] bytes, timer_seg[j] outside 1..n, a segment whose timer count differs
 -- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
--- segment (timers sharing a txn go in different segments).
+-- segment (timers sharing a txn go in different segments). With p_wait false and every
+-- segment's partition held by someone else, a call whose segment names and counts are
+-- well formed is answered all busy before its timers are checked (schema version 12):
+-- nothing is taken or written, and the call that can fire them refuses what is wrong.
 -- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
 -- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
 -- a segment is live only if it holds ALL its rows, else it is "stale" and its held rows
@@ -655,14 +671,17 @@ $fn$;
 -- concurrent writer of the same transaction id into the same queue is caught by the dedup
 -- index upsert itself (it waits for that writer's outcome), and the segment is then
 -- answered "duplicate", nothing allocated for it.
--- The steps are internal helpers. First log_timers_fire_check_v1 (the refusals; without the
--- two the fast way finds by itself, which the general way then looks for first). Then the
--- fast way, log_timers_fire_fast_v2: when every segment can be fired (its partition taken,
--- every row ours, no duplicate) it is, in one subtransaction that deletes each row outright;
--- anything else undoes it (measured in tests/bench/README.md: one write per timer row
--- instead of two, 8-10% on one sweeper); when every segment's partition is held by someone
--- else (p_wait false) it answers all of them busy, nothing taken (stale rows among them are
--- found by the next call). Then, only when the fast way stood aside, the
+-- The steps are internal helpers. First the segments' names and counts (what the fast way
+-- reads before its check; anything wrong, and log_timers_fire_check_v1 refuses it at once).
+-- Then the fast way, log_timers_fire_fast_v2: when every segment's partition is held by
+-- someone else (p_wait false) it answers all of them busy, nothing taken and no timer
+-- checked (stale rows among them are found by the next call); otherwise
+-- log_timers_fire_check_v1 (the refusals; without the two the fast way finds by itself,
+-- which the general way then looks for first), and when every segment can be fired (its
+-- partition taken, every row ours, no duplicate) it is, in one subtransaction that deletes
+-- each row outright; anything else undoes it (measured in tests/bench/README.md: one write
+-- per timer row instead of two, 8-10% on one sweeper). Then, only when the fast way stood
+-- aside, the
 -- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids,
 -- provisioning), log_partitions_lock_v1 and log_append_dedup_v1 (001),
 -- log_timers_fire_settle_v1 (the rows deleted or released, the answer).
@@ -716,10 +735,19 @@ DECLARE
     v_blocked boolean[];    -- per segment: rows all still ours, some locked by another transaction
     v_held_n int[];         -- held_n, a blocked segment counted in full (busy, not stale)
 BEGIN
-    -- The refusals the fast way needs (all but the two it finds by itself, see the check).
-    PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
-        p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
-        false);
+    -- What the fast way reads before its check (schema version 12): the segments' names and
+    -- counts, one element each, none null or empty, each count at least 1. Anything else,
+    -- or no segment at all, goes to the check at once, which refuses it (or, with no
+    -- segment, the timers named without one).
+    IF v_nseg = 0 OR EXISTS (
+           SELECT 1
+             FROM unnest(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts) AS s(t, q, p, n)
+            WHERE s.t IS NULL OR s.q IS NULL OR s.p IS NULL OR s.n IS NULL
+               OR s.q = '' OR s.p = '' OR s.n < 1) THEN
+        PERFORM queen.log_timers_fire_check_v1(p_seg_tenants, p_seg_queues, p_seg_partitions,
+            p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
+            false);
+    END IF;
     IF v_nseg = 0 THEN
         RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
                                   'duplicate', 0, 'released', 0);

@@ -531,7 +531,7 @@ def _fire_counting_helpers(conn, segments, wait=None):
         cur.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions"
                     " WHERE schemaname = 'queen' AND funcname IN"
                     " ('log_timers_fire_fast_v2', 'log_timers_fire_hold_v1', 'log_timers_fire_settle_v1',"
-                    "  'log_dedup_check_v1')")
+                    "  'log_dedup_check_v1', 'log_timers_fire_check_v1')")
         calls = dict(cur.fetchall())
     conn.commit()
     conn.autocommit = True
@@ -764,6 +764,47 @@ def test_fire_without_wait_answers_every_segment_busy_when_every_partition_is_he
     assert [s["status"] for s in res["segments"]] == ["stale", "fired"]
     assert res["released"] == 1
     assert sorted(r["timer_key"] for r in q.all("SELECT timer_key FROM queen.log_timers")) == ["a", "b"]
+
+
+def test_an_all_busy_answer_checks_no_timer_and_the_call_that_can_fire_refuses(q, connections):
+    """Every partition held and no wait: the answer is all busy before the timers are
+    checked (schema version 12; the check of every timer was most of such a call), so a
+    call whose timers are malformed is answered busy too, nothing taken or written; the
+    call that can fire (its partition free) checks them and refuses. One whose segment
+    names or counts are malformed is refused at once, held partitions or not."""
+    sched(q, ["a", "b"], partition="p1")
+    rows = by_key(q.claim())
+    locker = hold_partitions(q, connections, ["p1"], ["p1"])
+    firer = connections(options="-c statement_timeout=10000")
+    res, calls = _fire_counting_helpers(firer, [(T1, "q", "p1", [rows["a"], rows["b"]])], wait=False)
+    assert res["segments"] == [{"status": "busy", "count": 2}]
+    assert calls.get("log_timers_fire_fast_v2") == 1 and "log_timers_fire_check_v1" not in calls
+    # Timers that do not match the segment's count: busy while held, nothing taken.
+    from sqlkit import Queen
+    fq = Queen(firer)
+    seg = ([T1], ["q"], ["p1"], [2], [txn_hash("txn-a") + txn_hash("txn-b")], [b"blob"])
+    bad_timers = (["a"], [1], [rows["a"]["claim_token"]])
+    res = fq.fire_raw(*seg, *bad_timers, wait=False)
+    assert res["segments"] == [{"status": "busy", "count": 2}] and res["busy"] == 2
+    left = {r["timer_key"]: str(r["claim_token"]) for r in q.all(
+        "SELECT timer_key, claim_token FROM queen.log_timers FOR UPDATE NOWAIT")}
+    assert left == {k: str(rows[k]["claim_token"]) for k in ("a", "b")}
+    # Malformed segment names or counts: refused at once, though the partition is held.
+    for seg_p, seg_c, fragment in ((["p1", "p2"], [2], "seg_partitions 2"), ([""], [2], "seg_partitions[1]"),
+                                   (["p1"], [0], "seg_counts[1]")):
+        with pytest.raises(psycopg2.Error) as e:
+            fq.fire_raw(seg[0], seg[1], seg_p, seg_c, seg[4], seg[5], *bad_timers, wait=False)
+        assert e.value.pgcode == "22023" and fragment in e.value.diag.message_primary, e.value.pgerror
+    locker.rollback()
+    # The partition free: the same malformed timers are checked and refused, nothing fired.
+    with pytest.raises(psycopg2.Error) as e:
+        fq.fire_raw(*seg, *bad_timers, wait=False)
+    assert e.value.pgcode == "22023" and "seg_counts[1] = 2" in e.value.diag.message_primary
+    assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'p1'") == -1
+    # And the well-formed call fires, with its timers checked once.
+    res, calls = _fire_counting_helpers(firer, [(T1, "q", "p1", [rows["a"], rows["b"]])], wait=False)
+    assert [s["status"] for s in res["segments"]] == ["fired"]
+    assert calls.get("log_timers_fire_check_v1") == 1
 
 
 def test_segment_blobs_and_hashes_are_never_compressed_by_the_server(q):
