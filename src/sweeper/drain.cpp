@@ -166,7 +166,6 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         }
         p.acc.claimed += got;
         const int64_t contended_before = fire_contention();
-        const int64_t kept_before = kept_rows();
         const bool full = got == cur.want && cur.undecodable.empty();
         int64_t ahead = 0;
         bool ahead_whole = false;
@@ -200,8 +199,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         p.acc.moved += got;
         after_claim(cur, contended_before);
         if (ahead == 0) {
-            // Nothing more is due for us, or all of it was kept (its partitions held).
-            if (!claim_again(full, got, kept_rows() - kept_before)) co_return;
+            if (!full) co_return;  // nothing more is due for us
             // In turn: the next claim now that this fire is done (the budget is read now).
             want = reserve(p, whole);
             if (want == 0) co_return;
@@ -830,12 +828,6 @@ Task<void> Drain::retry_kept() {
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
     ctx_.stats.f.busy_kept_segments = 0;
     for (const Kept &x : kept_) ctx_.stats.f.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
-}
-
-int64_t Drain::kept_rows() const {
-    int64_t n = 0;
-    for (const Kept &k : kept_) n += static_cast<int64_t>(k.rows.size());
-    return n;
 }
 
 bool Drain::kept_due() const { return ms_until_kept_due() == 0; }

@@ -121,7 +121,6 @@ private:
     void after_claim(Claim &c, int64_t contended_before);
     bool contended_recently() const { return ctx_.now() < contended_until_; }
     int64_t fire_contention() const;
-    int64_t kept_rows() const;  // rows of the kept segments
     void set_batch(int64_t rows);
 
     LoopContext &ctx_;

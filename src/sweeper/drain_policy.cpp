@@ -25,10 +25,6 @@ bool claim_ahead(bool full_claim, bool contended_recently, bool stopping) {
     return full_claim && !contended_recently && !stopping;
 }
 
-bool claim_again(bool full_claim, int64_t claimed, int64_t kept) {
-    return full_claim && !(claimed > 0 && kept >= claimed);
-}
-
 uint64_t fire_deadline(uint64_t sent_mono, int64_t lease_ms) {
     const int64_t lease = std::max<int64_t>(lease_ms, 0);
     return sent_mono + static_cast<uint64_t>(lease - lease / 4);

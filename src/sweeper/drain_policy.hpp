@@ -39,16 +39,6 @@ int64_t next_claim_batch(const BatchInput &in);
 // a second after a claim whose fires met one: then each broker keeps one connection busy).
 bool claim_ahead(bool full_claim, bool contended_recently, bool stopping);
 
-// Whether a worker claims again, in turn, after its claim was fired: only after a full
-// claim (a backlog), and not when every row of it was kept (its partitions all held by
-// someone else, mostly another broker's fire). The next claim would leave those
-// partitions out, and when they hold all the due rows it walks their whole backlog to
-// come back empty: with four brokers on one partition, one such walk for every collision,
-// a cost that grows with the backlog (tests/bench/README.md, eleventh pass). The pass ends
-// instead; the next begins with the kept rows' retry (busy_retry), and claims around them
-// only if their partitions are still held then.
-bool claim_again(bool full_claim, int64_t claimed, int64_t kept);
-
 // ---- Deadlines inside the lease ---------------------------------------------------------
 
 // The loop-clock instant by which every fire of a claim sent at `sent_mono` must have

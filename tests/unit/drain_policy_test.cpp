@@ -110,16 +110,6 @@ TEST(DrainPolicy, AHeldPartitionIsRetriedWithBackoffThenWithShortWaits) {
     EXPECT_LE(calls_in_a_minute, 64);  // about 1/s once the backoff is at its cap
 }
 
-TEST(DrainPolicy, AWorkerClaimsAgainAfterAFullClaimUnlessAllOfItWasKept) {
-    EXPECT_TRUE(claim_again(true, 2000, 0));      // a backlog, all fired
-    EXPECT_TRUE(claim_again(true, 2000, 1999));   // one row fired: claims around the rest
-    EXPECT_FALSE(claim_again(true, 2000, 2000));  // all kept: the pass ends
-    EXPECT_FALSE(claim_again(true, 1, 1));
-    EXPECT_FALSE(claim_again(false, 2000, 0));    // a short claim: nothing more is due
-    EXPECT_FALSE(claim_again(false, 2000, 2000));
-    EXPECT_TRUE(claim_again(true, 0, 0));         // (never asked: an empty claim ends the pass first)
-}
-
 TEST(DrainPolicy, AFailedFireGoesWhereItsCauseSays) {
     FailedFireInput in;
     in.timers = 10;
