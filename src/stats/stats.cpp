@@ -71,6 +71,8 @@ nlohmann::json Stats::to_json() {
     j["busy_kept_segments"] = x.busy_kept_segments;
     j["busy_retries_total"] = x.busy_retries_total;
     j["empty_claims_total"] = x.empty_claims_total;
+    j["claims_around_held_empty_total"] = x.claims_around_held_empty_total;
+    j["claims_held_back_total"] = x.claims_held_back_total;
     j["claim_batch"] = x.claim_batch;
     j["claims_ahead_total"] = x.claims_ahead_total;
     j["contended_claims_total"] = x.contended_claims_total;
@@ -357,8 +359,16 @@ std::string Stats::to_prometheus() {
         .sample(x.busy_kept_segments);
     m.family("busy_retries_total", "counter", "Tries of kept (busy) segments.")
         .sample(x.busy_retries_total);
-    m.family("empty_claims_total", "counter", "Claims that took nothing while work was due.")
+    m.family("empty_claims_total", "counter", "Drain passes whose first claim took nothing while work was due.")
         .sample(x.empty_claims_total);
+    m.family("claims_around_held_empty_total", "counter",
+             "Claims sent around kept segments (their partitions held elsewhere) that took nothing: every due "
+             "row this broker could reach was in the held partitions.")
+        .sample(x.claims_around_held_empty_total);
+    m.family("claims_held_back_total", "counter",
+             "Claims around kept segments not sent again after one came back empty, until a partition it "
+             "left out was freed, a wake rang or sweeper_empty_claim_max_ms passed.")
+        .sample(x.claims_held_back_total);
     m.family("fired_total", "counter", "Timers delivered into the log.").sample(x.fired_total);
     m.family("fired_segments_total", "counter", "Segments appended to the log.").sample(x.fired_segments_total);
     m.family("stale_total", "counter", "Segments found stale at fire time.").sample(x.stale_total);

@@ -163,7 +163,9 @@ struct Figures {
     int64_t late_handed_back_total = 0;   // rows handed back because their claim's deadline came first
     int64_t busy_kept_segments = 0;       // segments of partitions someone holds, kept to be tried again
     int64_t busy_retries_total = 0;       // tries of kept segments
-    int64_t empty_claims_total = 0;
+    int64_t empty_claims_total = 0;    // passes whose first claim took nothing while work was due
+    int64_t claims_around_held_empty_total = 0;  // claims around kept segments that took nothing
+    int64_t claims_held_back_total = 0;  // such claims not sent again (hold_back_claim)
     int64_t claim_batch = 0;           // rows the next claim asks for (grows while a backlog lasts)
     int64_t claims_ahead_total = 0;    // claims sent while the previous claim was being fired
     int64_t contended_claims_total = 0;  // claims whose fires met another broker (busy or stale)

@@ -46,7 +46,10 @@ Task<int64_t> Sweeper::cycle() {
     if (g_test_fail_next_cycle.exchange(false)) throw std::runtime_error("injected internal error (test seam)");
     ++cycle_.cycle_no;
     // Re-arm the wake: from here on, any locally committed instant rings again.
-    if (bell_.rearm()) cycle_.idle_cycles = 0;  // a wake resets the idle count
+    if (bell_.rearm()) {
+        cycle_.idle_cycles = 0;  // a wake resets the idle count
+        drain_->note_wake();     // and ends a hold-back of claims around kept segments
+    }
     const std::vector<int16_t> shards = shard_order(cycle_.start_shard, cycle_.cycle_no);
     const LadderStep step =
         shedding_ladder(cycle_.pressure, cycle_.slow_pressure, cfg_.sweeper_cycle_max_rows, cfg_.sweeper_claim_batch);
@@ -154,7 +157,7 @@ int64_t Sweeper::note_pressure(const DrainStep &d) {
 }
 
 // D. SLEEP: the bands (sleep.hpp), never past a gate that is due, nor past the next try of
-// a held partition's segments.
+// a held partition's segments, nor past the end of a hold-back of claims around them.
 int64_t Sweeper::sleep_after(DrainStep d, bool kv_work) {
     if (d.outcome == CycleOutcome::idle && kv_work) {
         d.outcome = CycleOutcome::work_due;  // expired keys remain: keep the prune's cadence
@@ -168,7 +171,8 @@ int64_t Sweeper::sleep_after(DrainStep d, bool kv_work) {
     // Only a slow database lengthens the sleep; a backlog goes again at the floor.
     SleepInput in{d.outcome, d.next_in, cycle_.idle_cycles, jitter(cycle_.rng), cycle_.slow_pressure};
     const int64_t ms = std::max<int64_t>(
-        1, std::min({compute_sleep_ms(bands, in), sub_clocks_->ms_until_next_gate(), drain_->ms_until_kept_due()}));
+        1, std::min({compute_sleep_ms(bands, in), sub_clocks_->ms_until_next_gate(), drain_->ms_until_kept_due(),
+                               drain_->ms_until_hold_back_ends()}));
     std::lock_guard<std::mutex> g(stats_.mu);
     auto &f = stats_.f;
     ++f.cycles_total;

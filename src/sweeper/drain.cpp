@@ -4,6 +4,7 @@
 #include <set>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -114,6 +115,9 @@ Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_b
         workers.push_back(worker(shards, p));
     co_await run_all(std::move(workers));
     Result &acc = p.acc;
+    // Held back before claiming anything: what the claim would have found (nothing), so the
+    // cycle sleeps as after an empty claim, at most until the hold-back ends.
+    if (p.held_back && acc.claimed == 0 && acc.moved == 0 && !acc.failed) acc.empty_claim = true;
     acc.out_of_time = !acc.failed && !acc.empty_claim && ctx_.now() >= p.deadline;
     acc.capped = !acc.failed && !acc.empty_claim && (p.rows_left <= 0 || acc.out_of_time);
     co_return acc;
@@ -123,6 +127,12 @@ Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_b
 // when the pass is over: a stop, a failure, the budget or the half-lease spent.
 int64_t Drain::reserve(Pass &p, bool &whole) {
     if (ctx_.stopping.load() || p.acc.failed || p.rows_left <= 0 || ctx_.now() >= p.deadline) return 0;
+    if (holding_back()) {
+        p.held_back = true;
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        ++ctx_.stats.f.claims_held_back_total;
+        return 0;
+    }
     const int64_t want = std::min(batch_, p.rows_left);
     p.rows_left -= want;
     whole = want == batch_;
@@ -156,6 +166,13 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         const int64_t got = static_cast<int64_t>(cur.rows.size());
         p.rows_left += cur.want - got;
         if (got == 0) {
+            if (!cur.left_out.empty() && cur.ok) {
+                // Nothing due outside the held partitions: not sent again until something
+                // changes (hold_back_claim).
+                around_ = AroundKept{true, ctx_.now(), std::move(cur.left_out), false};
+                std::lock_guard<std::mutex> g(ctx_.stats.mu);
+                ++ctx_.stats.f.claims_around_held_empty_total;
+            }
             if (p.acc.claimed == 0) {
                 p.acc.empty_claim = true;
                 std::lock_guard<std::mutex> g(ctx_.stats.mu);
@@ -259,13 +276,13 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     out.fire_by = fire_deadline(out.sent, ctx_.cfg.sweeper_lease_ms);
     out.id = new_claim_id();
     // The partitions whose segments are kept (someone holds them): left out of this claim.
+    out.left_out = kept_partitions();
     std::vector<std::string> skip_t, skip_q, skip_p;
-    for (const Kept &k : kept_)
-        for (const PackedSegment &s : k.batch.segments) {
-            skip_t.push_back(s.tenant);
-            skip_q.push_back(s.queue);
-            skip_p.push_back(s.partition);
-        }
+    for (const PartitionKey &k : out.left_out) {
+        skip_t.push_back(k[0]);
+        skip_q.push_back(k[1]);
+        skip_p.push_back(k[2]);
+    }
     out.floor = floor_.ticket();
     out.tenants = floor_.tenants();
     Query q;
@@ -831,6 +848,41 @@ Task<void> Drain::retry_kept() {
 }
 
 bool Drain::kept_due() const { return ms_until_kept_due() == 0; }
+
+PartitionKeys Drain::kept_partitions() const {
+    PartitionKeys keys;
+    for (const Kept &k : kept_)
+        for (const PackedSegment &s : k.batch.segments) keys.push_back(PartitionKey{s.tenant, s.queue, s.partition});
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+}
+
+bool Drain::holding_back() const {
+    if (!around_.empty) return false;
+    const PartitionKeys now_kept = kept_partitions();
+    HoldBackInput in;
+    in.came_back_empty = true;
+    in.partition_freed =
+        !std::includes(now_kept.begin(), now_kept.end(), around_.left_out.begin(), around_.left_out.end());
+    in.woken = around_.woken;
+    in.empty_at_mono = around_.at;
+    in.now_mono = ctx_.now();
+    in.window_ms = hold_back_window_ms();
+    return hold_back_claim(in);
+}
+
+// The empty-claim band's high end, which the sleep never sets above the max sleep either.
+int64_t Drain::hold_back_window_ms() const {
+    return std::min(ctx_.cfg.sweeper_empty_claim_max_ms, ctx_.cfg.sweeper_max_sleep_ms);
+}
+
+int64_t Drain::ms_until_hold_back_ends() const {
+    if (!holding_back()) return INT64_MAX;
+    const uint64_t end = around_.at + static_cast<uint64_t>(hold_back_window_ms());
+    const uint64_t now = ctx_.now();
+    return end <= now ? 0 : static_cast<int64_t>(end - now);
+}
 
 int64_t Drain::ms_until_kept_due() const {
     if (kept_.empty()) return INT64_MAX;

@@ -16,6 +16,7 @@
 //   - memory is bounded in bytes: the claim carries at most sweeper_claim_max_bytes of
 //     payload, read in binary, and the batch grows on what the claim really carried.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -33,6 +34,10 @@
 #include "sweeper/recovery.hpp"
 
 namespace qsw {
+
+// (tenant, queue, partition) of a kept segment.
+using PartitionKey = std::array<std::string, 3>;
+using PartitionKeys = std::vector<PartitionKey>;
 
 class Drain {
 public:
@@ -53,6 +58,12 @@ public:
     // clock; INT64_MAX when none is kept), so the cycle's sleep never outlasts it.
     bool kept_due() const;
     int64_t ms_until_kept_due() const;
+    // While claims around kept segments are held back (hold_back_claim): in how long that
+    // ends (INT64_MAX when they are not), so the cycle's sleep never outlasts it either.
+    int64_t ms_until_hold_back_ends() const;
+    // A wake rang: a local commit may have made another partition's timer due, so a claim
+    // around the kept segments is worth sending again.
+    void note_wake() { around_.woken = true; }
     // A slow database: back to the base batch.
     void reset_batch();
 
@@ -70,12 +81,14 @@ private:
         FloorTicket floor;               // the floor it was sent with
         std::vector<std::string> tenants;  // the tenants it named for their share
         int64_t bytes = 0;               // payload bytes it carried
+        PartitionKeys left_out;          // the kept segments' partitions it left out (sorted)
     };
     // One pass of the drain, shared by its workers.
     struct Pass {
         Result acc;
         int64_t rows_left = 0;
         uint64_t deadline = 0;  // stop claiming: half the lease after the pass began
+        bool held_back = false;  // a claim around kept segments was held back (hold_back_claim)
     };
     // Segments of a partition someone else holds, still claimed, to be tried again.
     struct Kept {
@@ -132,6 +145,17 @@ private:
     uint64_t contended_until_ = 0;
     static constexpr uint64_t kContendedHoldMs = 1000;
     std::vector<Kept> kept_;
+    // The last claim around kept segments that came back empty (hold_back_claim).
+    struct AroundKept {
+        bool empty = false;
+        uint64_t at = 0;         // loop clock when it came back
+        PartitionKeys left_out;  // the partitions it left out
+        bool woken = false;      // a wake rang since
+    };
+    AroundKept around_;
+    PartitionKeys kept_partitions() const;  // sorted, distinct
+    bool holding_back() const;
+    int64_t hold_back_window_ms() const;
     // A class 42 or internal failure of a fire: the rest of the claim goes back and the
     // drain ends with this error (the cycle backs off).
     bool fire_refused_ = false;

@@ -52,6 +52,12 @@ BusyRetry busy_retry(int64_t n) {
     return r;
 }
 
+bool hold_back_claim(const HoldBackInput &in) {
+    if (!in.came_back_empty || in.partition_freed || in.woken || in.window_ms <= 0) return false;
+    if (in.now_mono < in.empty_at_mono) return true;  // a clock read before the answer: still inside
+    return in.now_mono - in.empty_at_mono < static_cast<uint64_t>(in.window_ms);
+}
+
 FailedFire failed_fire(const FailedFireInput &in) {
     if (in.answer_lost) return FailedFire::park;
     if (in.lock_timeout) return FailedFire::busy;

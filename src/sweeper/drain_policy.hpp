@@ -79,6 +79,33 @@ struct BusyRetry {
 };
 BusyRetry busy_retry(int64_t n);
 
+// ---- Claiming around kept rows -------------------------------------------------------------
+
+// A claim sent while segments are kept leaves their partitions out. When such a claim comes
+// back empty, nothing else was due for this broker: every due row it can reach is in the
+// held partitions (with one partition, the claim walked that partition's whole due backlog
+// to find so). Sending it again before anything changed walks that backlog again for
+// nothing, so the drain holds such claims back while all of these hold:
+//   - the claim around the kept rows came back empty, and every partition it left out is
+//     still kept (tries again that find a partition still held keep it; one that fired or
+//     went back frees its partition, whose other due rows the next claim may then take; a
+//     partition kept since only leaves more out);
+//   - no wake has rung since (a local commit may have made another partition's timer due);
+//   - less than window_ms has passed since: sweeper_empty_claim_max_ms, never above the max
+//     sleep, the longest empty-claim sleep the design already allows after any empty claim,
+//     so a timer that comes due by the clock in another partition waits no longer than it
+//     did.
+// window_ms <= 0 never holds back.
+struct HoldBackInput {
+    bool came_back_empty = false;  // the last claim around the kept rows took nothing
+    bool partition_freed = false;  // a partition that claim left out is no longer kept
+    bool woken = false;            // a wake rang since
+    uint64_t empty_at_mono = 0;    // loop clock when it came back
+    uint64_t now_mono = 0;
+    int64_t window_ms = 0;
+};
+bool hold_back_claim(const HoldBackInput &in);
+
 // ---- A failed fire ------------------------------------------------------------------------
 
 enum class FailedFire {

@@ -126,7 +126,11 @@ def conninfo_fields(conninfo: str) -> dict:
 
 
 def connect(conninfo: str, autocommit: bool = True):
-    import psycopg2
+    try:
+        import psycopg2
+    except ImportError:
+        raise SystemExit("the benchmarks need Debian's psycopg2 (apt-get install python3-psycopg2; "
+                         "tests/run installs it with the rest of its packages)")
     conn = psycopg2.connect(conninfo)
     conn.autocommit = autocommit
     return conn

@@ -97,3 +97,55 @@ def test_a_partition_held_longer_than_the_lease(q, sweepers, conninfo):
     assert after < 3.0
     assert st["late_handed_back_total"] >= PER, "kept rows were not handed back before their lease"
     assert late == 0, "a timer was fired after its claim's lease had ended"
+
+
+def test_a_claim_around_a_held_partition_that_found_nothing_is_not_sent_again_for_nothing(q, sweepers, conninfo):
+    """Every due timer is in one held partition, most of them unclaimed. A claim around it
+    (the partition left out)
+    walks that partition's whole due backlog to come back empty; it is not sent again until
+    the partition is freed, a wake rings or sweeper_empty_claim_max_ms passes. A timer that
+    comes due meanwhile in another partition still fires, without a wake, and every timer
+    fires once."""
+    queue = "contain-around"
+    held = q.provision(TENANT_A, queue, "held")
+    q.provision(TENANT_A, queue, "other")
+    q.schedule([op_schedule(queue, f"held-{i:03d}", b'{"x": 1}', partition="held") for i in range(PER)])
+    lock = PartitionLock(conninfo, [held])
+    window_ms = 1000
+    # Claims of 20: the held partition keeps 80 due rows nobody has claimed, which every claim
+    # around it walks (the probe sees them due, so the drain runs). The window is the
+    # empty-claim band's high end, never above the max sleep (200 ms in these tests otherwise).
+    h = sweepers(queue, sweeper_empty_claim_min_ms=25, sweeper_empty_claim_max_ms=window_ms,
+                 sweeper_max_sleep_ms=window_ms, sweeper_claim_batch=20, sweeper_claim_batch_max=20)
+    try:
+        h.start()
+        wait_for(lambda: h.stats()["claims_held_back_total"] >= 1, 10,
+                 what="a claim around the held partition to be held back")
+        s0, t0 = h.stats(), time.monotonic()
+        time.sleep(3.0)
+        s1, held_s = h.stats(), time.monotonic() - t0
+        # Another partition's timer, due at once, no wake rung: the hold-back lasts at most
+        # its window, so it fires.
+        q.schedule([op_schedule(queue, "other-000", b'{"x": 1}', partition="other")])
+        scheduled = time.monotonic()
+        wait_for(lambda: q.one("SELECT count(*) FROM queen.log_timers WHERE queue = %s AND partition = 'other'",
+                               (queue,)) == 0, 10, what="another partition's timer to fire during the hold")
+        other_after = time.monotonic() - scheduled
+        assert q.one("SELECT count(*) FROM queen.log_timers WHERE queue = %s", (queue,)) == PER
+        lock.release()
+        wait_for(lambda: q.timers_left() == 0, 10, what="the held partition's timers to fire after the release")
+    finally:
+        lock.close()
+        assert_clean_stop(h)
+    walks = s1["claims_around_held_empty_total"] - s0["claims_around_held_empty_total"]
+    retries = s1["busy_retries_total"] - s0["busy_retries_total"]
+    held_back = s1["claims_held_back_total"] - s0["claims_held_back_total"]
+    print(f"\n[around {queue}] in {held_s:.1f} s held: {walks} empty claims around it, {retries} kept retries, "
+          f"{held_back} claims held back; another partition's timer fired {other_after:.2f} s after it was written")
+    # At most one walk per window while the same partition stays held, however often its
+    # kept segments are tried again.
+    assert walks <= held_s * 1000 / window_ms + 2, (walks, retries)
+    assert held_back >= 1
+    delivered = q.delivered(queue=queue)
+    txns = [d[4].txn for d in delivered]
+    assert len(txns) == PER + 1 and len(set(txns)) == len(txns), "lost or duplicated"

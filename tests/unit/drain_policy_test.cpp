@@ -110,6 +110,42 @@ TEST(DrainPolicy, AHeldPartitionIsRetriedWithBackoffThenWithShortWaits) {
     EXPECT_LE(calls_in_a_minute, 64);  // about 1/s once the backoff is at its cap
 }
 
+TEST(DrainPolicy, AnEmptyClaimAroundKeptRowsIsNotSentAgainUntilSomethingChanges) {
+    HoldBackInput in;
+    in.came_back_empty = true;
+    in.empty_at_mono = 10000;
+    in.now_mono = 10000;
+    in.window_ms = 200;
+    EXPECT_TRUE(hold_back_claim(in));  // at once: held back
+    in.now_mono = 10199;
+    EXPECT_TRUE(hold_back_claim(in));  // the last instant of the window
+    in.now_mono = 10200;
+    EXPECT_FALSE(hold_back_claim(in));  // the window is over: claim around them again
+    in.now_mono = 9000;
+    EXPECT_TRUE(hold_back_claim(in));  // a clock read before the answer: inside the window
+    in.now_mono = 10050;
+    HoldBackInput x = in;
+    x.came_back_empty = false;  // the claim around them took rows: other partitions are due
+    EXPECT_FALSE(hold_back_claim(x));
+    x = in;
+    x.partition_freed = true;  // a partition it left out fired or went back: its rows may be due
+    EXPECT_FALSE(hold_back_claim(x));
+    x = in;
+    x.woken = true;  // a local commit may have made another partition's timer due
+    EXPECT_FALSE(hold_back_claim(x));
+    x = in;
+    x.window_ms = 0;  // sweeper_empty_claim_max_ms 0: never held back
+    EXPECT_FALSE(hold_back_claim(x));
+    x.window_ms = -5;
+    EXPECT_FALSE(hold_back_claim(x));
+    x = in;
+    x.window_ms = 3600000;  // the largest window the configuration allows
+    x.now_mono = 10000 + 3599999;
+    EXPECT_TRUE(hold_back_claim(x));
+    x.now_mono = UINT64_MAX;
+    EXPECT_FALSE(hold_back_claim(x));
+}
+
 TEST(DrainPolicy, AFailedFireGoesWhereItsCauseSays) {
     FailedFireInput in;
     in.timers = 10;

@@ -203,6 +203,8 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"busy_kept_segments", "queen_sweeper_busy_kept_segments"},
         {"busy_retries_total", "queen_sweeper_busy_retries_total"},
         {"empty_claims_total", "queen_sweeper_empty_claims_total"},
+        {"claims_around_held_empty_total", "queen_sweeper_claims_around_held_empty_total"},
+        {"claims_held_back_total", "queen_sweeper_claims_held_back_total"},
         {"fired_total", "queen_sweeper_fired_total"},
         {"fired_segments_total", "queen_sweeper_fired_segments_total"},
         {"stale_total", "queen_sweeper_stale_total"},
