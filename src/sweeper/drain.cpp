@@ -166,7 +166,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         const int64_t got = static_cast<int64_t>(cur.rows.size());
         p.rows_left += cur.want - got;
         if (got == 0) {
-            if (!cur.left_out.empty() && cur.ok) {
+            if (!cur.left_out.empty()) {
                 // Nothing due outside the held partitions: not sent again until something
                 // changes (hold_back_claim).
                 around_ = AroundKept{true, ctx_.now(), std::move(cur.left_out), false};
