@@ -236,6 +236,64 @@ class CpuMeter:
                 "cpu_ms_per_1k": busy_s * 1e6 / timers if timers else None, "seconds": secs}
 
 
+def proc_cpu() -> dict:
+    """{pid: (comm, start, jiffies)}: the CPU every process now alive has used (user +
+    system, all of its threads) and when it started (a pid used again is another process),
+    from /proc/<pid>/stat."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                s = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        r = s.rfind(")")
+        fields = s[r + 2:].split()
+        if len(fields) < 20:
+            continue
+        out[int(d)] = (s[s.find("(") + 1:r], int(fields[19]), int(fields[11]) + int(fields[12]))
+    return out
+
+
+class CpuSplit:
+    """Where a window's CPU went, by process: named groups of pids (each a set, fixed when
+    the window opens), "server, other" (every other postgres process: the bench's own
+    monitoring backend, autovacuum, the WAL writer, the checkpointer), "this command" and
+    "the rest". What processes that came and went inside the window used is not in any
+    /proc entry at its end: it is the machine's busy time less the groups' sum ("gone")."""
+
+    def __init__(self, groups: dict):
+        self.groups = {name: set(pids) for name, pids in groups.items()}
+        self.before = proc_cpu()
+
+    def stop(self, machine_busy_s: float, timers: int) -> dict:
+        after = proc_cpu()
+        hz = os.sysconf("SC_CLK_TCK")
+        me = os.getpid()
+        sums = {name: 0 for name in self.groups}
+        sums.update({"server, other": 0, "this command": 0, "the rest": 0})
+        for pid, (comm, start, j) in after.items():
+            prev = self.before.get(pid)
+            d = j - (prev[2] if prev and prev[1] == start else 0)
+            name = next((n for n, pids in self.groups.items() if pid in pids), None)
+            if name is None:
+                name = ("this command" if pid == me else "server, other" if comm == "postgres" else "the rest")
+            sums[name] += d
+        out = {name: j / hz * 1e6 / timers for name, j in sums.items()} if timers else {}
+        if timers:
+            out["gone"] = max(0.0, machine_busy_s * 1e6 / timers - sum(out.values()))
+        return out
+
+
+def split_note(split: dict) -> str:
+    """CPU-ms per 1,000 timers by group, largest first."""
+    if not split:
+        return ""
+    return ", ".join(f"{name} {ms:.1f}" for name, ms in sorted(split.items(), key=lambda kv: -kv[1]))
+
+
 def cpu_note(cpu: dict) -> str:
     if not cpu:
         return ""
