@@ -190,6 +190,16 @@ BEGIN
 END
 $apply$;
 
+-- The claim turn (schema version 13): one row that every claim locks FOR UPDATE before
+-- its walk and keeps until its transaction ends, waiting for it under a 50 ms
+-- lock_timeout (log_timers_claim_v4, "The turn"). Nothing is stored in it: the row is a lock and
+-- nothing else. Deleted by hand, claims walk without it (as before version 13) until the
+-- next schema apply puts it back.
+CREATE TABLE IF NOT EXISTS queen.log_timers_claim_turn (
+    id smallint PRIMARY KEY CHECK (id = 1)
+);
+INSERT INTO queen.log_timers_claim_turn (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
+
 -- ---------------------------------------------------------------------------------------
 -- Small helpers
 -- ---------------------------------------------------------------------------------------
@@ -1289,6 +1299,35 @@ AS $fn$
      LIMIT 1
 $fn$;
 
+-- queen.log_timers_take_turn_v1() -> boolean: the claim turn (schema version 13; "The
+-- turn" in log_timers_claim_v4's header): the one row of queen.log_timers_claim_turn
+-- locked FOR UPDATE for the caller's transaction, waited for under a 50 ms lock_timeout
+-- (PostgreSQL applies it to each of a row lock's two waits, for a place in the row's queue
+-- and then for its holder: 100 ms at the very worst). True when had;
+-- false when the wait ran out or the row is missing, and then nothing is held: the failed
+-- try is a subtransaction, undone with the lock_timeout it set. The caller's lock_timeout
+-- is its own again either way. An internal helper (SECURITY INVOKER, granted to nobody).
+-- Locks: that row, FOR UPDATE (waits under a 50 ms lock_timeout).
+CREATE OR REPLACE FUNCTION queen.log_timers_take_turn_v1()
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+AS $fn$
+DECLARE
+    v_lt  text := current_setting('lock_timeout');
+    v_had boolean := false;
+BEGIN
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout', '50ms', true);
+        SELECT true INTO v_had FROM queen.log_timers_claim_turn c WHERE c.id = 1 FOR UPDATE;
+        PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
+    EXCEPTION WHEN lock_not_available THEN
+        v_had := false;
+    END;
+    RETURN coalesce(v_had, false);
+END
+$fn$;
+
 -- queen.log_timers_claim_v4(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
 --                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
 --                           skip_queues text[], skip_partitions text[], floor timestamptz,
@@ -1340,8 +1379,28 @@ $fn$;
 -- range, a generic plan otherwise takes a tenant's share through the primary key (its
 -- tenant_id prefix) and sorts by due_at every row the tenant has
 -- (tests/sql/test_floor.py asserts the share's index).
--- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as
--- log_timers_claim_v2; the floor's read takes none.
+-- The turn (schema version 13): before its walk, the claim locks the one row of
+-- queen.log_timers_claim_turn FOR UPDATE, waiting for it under a 50 ms lock_timeout
+-- (log_timers_take_turn_v1: 100 ms at the very worst), and keeps it until
+-- its transaction ends. Claims sent at the same moment by several brokers (or by one
+-- broker's claim ahead) then walk the due index one after the other: each one's snapshot is
+-- taken once the claim before it has committed, so it passes that claim's rows by their
+-- lease, a filter on a page already read. Without the turn they walked through each
+-- other's rows: a row another claim was locking cost a lock attempt to be skipped, and a
+-- row another claim committed during the walk was followed to its new version, LOCKED
+-- there (READ COMMITTED's FOR UPDATE locks the latest version before it re-checks it) and
+-- only then dropped, its lock (a WAL record) held until this claim's commit, where it
+-- stopped the owner's fire (lock_timeout 1 ms) from deleting the row. Four sweepers on one
+-- backlog: about 15,800 such locks for 60,000 timers fired, and 8.5 shared-buffer pages per
+-- timer in the claim against 6.4 for one sweeper (tests/bench/README.md, "Thirteenth
+-- pass"). The wait is bounded: a claim that has not had the turn by then (claims
+-- queued before it, or a session holding the row) walks without it, as before version 13,
+-- and a failed try takes nothing with it (a subtransaction). The turn decides no
+-- ownership and no order: every claim still walks from the floor over every shard, and a
+-- claim that cannot have it still claims.
+-- Locks: the row of queen.log_timers_claim_turn, FOR UPDATE (a bounded wait, above);
+-- rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as log_timers_claim_v2;
+-- the floor's read takes none.
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v4(
     p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
     p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
@@ -1380,10 +1439,7 @@ BEGIN
             coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
             cardinality(p_skip_partitions) USING ERRCODE = '22023';
     END IF;
-    IF p_max_rows IS NULL OR p_max_rows < 1 THEN
-        RETURN;
-    END IF;
-    IF NOT queen.switch_enabled_v1('timers_fire_enabled', true)
+    IF p_max_rows IS NULL OR p_max_rows < 1 OR NOT queen.switch_enabled_v1('timers_fire_enabled', true)
        OR queen.switch_enabled_v1('maintenance_mode', false) THEN
         RETURN;
     END IF;
@@ -1409,6 +1465,8 @@ BEGIN
         END IF;
     END IF;
     v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
+
+    PERFORM queen.log_timers_take_turn_v1();  -- "The turn" above
 
     RETURN QUERY
     WITH oldest AS MATERIALIZED (
