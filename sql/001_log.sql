@@ -178,6 +178,7 @@ CREATE OR REPLACE FUNCTION queen.switch_enabled_v1(p_key text, p_default boolean
 RETURNS boolean
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT coalesce(
         (SELECT CASE
@@ -206,6 +207,7 @@ CREATE OR REPLACE FUNCTION queen.check_now_v1(p_fn text, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 BEGIN
     IF p_now IS NULL THEN
@@ -225,6 +227,7 @@ CREATE OR REPLACE FUNCTION queen.check_bytes_v1(p_fn text, p_what text, p_value 
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 BEGIN
     IF p_value IS NOT NULL AND octet_length(p_value) > p_limit THEN
@@ -245,6 +248,7 @@ CREATE OR REPLACE FUNCTION queen.log_provision_v1(
     OUT queue_id bigint, OUT partition_id bigint, OUT dedup_window_ms bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 #variable_conflict use_column
 BEGIN
@@ -286,6 +290,7 @@ CREATE OR REPLACE FUNCTION queen.log_partitions_lock_v1(p_partition_ids bigint[]
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_last bigint[];
@@ -344,6 +349,7 @@ CREATE OR REPLACE FUNCTION queen.log_dedup_check_v1(
     OUT append boolean[], OUT dup_seg int[], OUT dup_frame int[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET max_parallel_workers_per_gather = 0
 SET jit = off
 AS $fn$
 DECLARE
@@ -469,6 +475,7 @@ CREATE OR REPLACE FUNCTION queen.log_append_dedup_v1(
     OUT base_offsets bigint[], OUT dup_seg int[], OUT dup_frame int[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET max_parallel_workers_per_gather = 0
 -- generate_series over array elements counts as 1,000 rows per segment: estimates that
 -- would cross jit_above_cost, and make a generic plan look dearer than planning each call
 -- afresh (see the fire, 003).
@@ -634,6 +641,7 @@ CREATE OR REPLACE FUNCTION queen.log_push_v1(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -688,6 +696,7 @@ RETURNS TABLE (base_offset bigint, end_offset bigint, count int, hashes bytea, b
                created_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT s.base_offset, s.end_offset, s.count, t.hashes, s.blob, s.created_at
       FROM queen.queues q

@@ -226,6 +226,7 @@ CREATE OR REPLACE FUNCTION queen.all_shards_v1()
 RETURNS int2[]
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT array_agg(g::int2 ORDER BY g) FROM generate_series(0, 63) AS g
 $fn$;
@@ -258,6 +259,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_floor_slack_v1()
 RETURNS interval
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT interval '5 seconds'
 $fn$;
@@ -276,6 +278,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_not_behind_v1()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 BEGIN
     NEW.claimed_until := now();
@@ -307,6 +310,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_op_field_v1(
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_val jsonb := p_op -> p_field;
@@ -340,6 +344,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_payload_json_v1(
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_raw   jsonb := jsonb_build_object('_raw_b64', translate(encode(p_payload, 'base64'), E'\n\r', ''));
@@ -387,6 +392,7 @@ CREATE OR REPLACE FUNCTION queen.zstd_frame_problem_v1(p_payload bytea, p_max_co
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE STRICT
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     c_max_block  constant int := 131072;
@@ -506,6 +512,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_op_parse_v1(
     OUT txn text, OUT delay_ms bigint, OUT payload bytea, OUT zstd boolean, OUT enc boolean)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     c_max_payload constant int := 1048576;
@@ -660,6 +667,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_apply_write_v1(
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_deliver  timestamptz;
@@ -791,6 +799,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_apply_v1(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     c_max_ops  constant int := 256;
@@ -904,6 +913,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(p_shards int2[], p_now timest
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
 BEGIN
@@ -992,6 +1002,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
                attempts int)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
 #variable_conflict use_column
@@ -1098,6 +1109,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
                attempts int)
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
     SELECT * FROM queen.log_timers_claim_v2(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant, NULL, NULL,
@@ -1157,6 +1169,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_due_v2(p_shards int2[], p_now timest
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 -- Planned once per session (schema version 11), as the claim (log_timers_claim_v4): every
 -- statement here walks the due index by range, and the probe runs once a cycle on every
@@ -1290,6 +1303,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_below_floor_v1(p_floor timestamptz)
 RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
     SELECT queen.epoch_ms_v1(t.due_at)
@@ -1312,6 +1326,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_take_turn_v1()
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_lt  text := current_setting('lock_timeout');
@@ -1411,6 +1426,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
                attempts int, floor_ms bigint, row_tid tid)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan SET enable_incremental_sort = off  -- "Plans" above
 AS $fn$
@@ -1565,6 +1581,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
                attempts int, floor_ms bigint)
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT c.tenant_id, c.queue, c.timer_key, c.partition, c.txn, c.message_id, c.payload,
            c.payload_zstd, c.encrypted, c.producer_sub, c.claim_token, c.deliver_at_ms,
@@ -1606,6 +1623,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_n          int := coalesce(cardinality(p_tenants), 0);
@@ -1694,6 +1712,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_n     int := coalesce(cardinality(p_tenants), 0);
@@ -1758,6 +1777,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fail_v2(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_fail  jsonb;
@@ -1798,6 +1818,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_release_v2(
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_n int := coalesce(cardinality(p_tenants), 0);
@@ -1844,6 +1865,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_release_v1(
 RETURNS int
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT queen.log_timers_release_v2(p_tenants, p_queues, p_keys, p_tokens, NULL)
 $fn$;
@@ -1866,6 +1888,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v2(
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
 DECLARE
@@ -1911,6 +1934,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v1(
 RETURNS int
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT queen.log_timers_release_claims_v2(p_claims, p_lease_from, p_lease_to, NULL)
 $fn$;
@@ -1931,6 +1955,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_in_doubt_v1(
 RETURNS TABLE (seg int, present bigint, unlocked bigint, base_offset bigint)
 LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 WITH s AS (
     SELECT * FROM unnest(p_seg, p_tenants, p_queues, p_hashes) AS s(i, tenant, queue, hashes)
@@ -1972,6 +1997,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_view_v1(t queen.log_timers)
 RETURNS jsonb
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT jsonb_build_object(
         'tenant', t.tenant_id, 'queue', t.queue, 'timerKey', t.timer_key,
@@ -1992,6 +2018,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_peek_v1(p_tenant uuid, p_queue text,
 RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT queen.log_timers_view_v1(t)
       FROM queen.log_timers t
@@ -2008,6 +2035,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_list_v1(
 RETURNS jsonb
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     WITH lim AS (
         SELECT least(greatest(coalesce(p_page_size, 100), 1), 1000) AS n

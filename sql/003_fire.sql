@@ -72,6 +72,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_check_v1(
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_nseg      int := coalesce(cardinality(p_seg_tenants), 0);
@@ -248,6 +249,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_hold_v1(
     OUT held boolean[], OUT held_n int[], OUT live boolean[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 BEGIN
     WITH h AS MATERIALIZED (
@@ -296,6 +298,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_blocked_v1(
 RETURNS boolean[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT array_agg(p_held_n[g.i] < p_seg_counts[g.i] AND coalesce(m.ours, false) ORDER BY g.i)
       FROM generate_series(1, coalesce(cardinality(p_seg_tenants), 0)) AS g(i)
@@ -328,6 +331,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_ids_v1(
     OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_nseg int := coalesce(cardinality(p_seg_tenants), 0);
@@ -369,6 +373,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_answer_v1(
     p_base_offsets bigint[], p_dup_seg int[], OUT answer jsonb)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 BEGIN
     -- Per segment: its state (stale, busy, fired, dup) and its frames already in the log.
@@ -418,6 +423,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_settle_v1(
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_tq     record;
@@ -498,6 +504,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_fast_v2(
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_nseg    int := coalesce(cardinality(p_seg_tenants), 0);
@@ -713,6 +720,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v2(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 -- Its set-based statements run over array parameters whose sizes the planner cannot see
 -- (generate_series counts as 1,000 rows per segment): estimates that cross jit_above_cost
@@ -807,6 +815,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
 RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT queen.log_timers_fire_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts,
         p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now, p_wait, NULL)

@@ -131,6 +131,7 @@ CREATE OR REPLACE FUNCTION queen.kv_check_name_v1(p_what text, p_name text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 BEGIN
     IF p_name IS NULL OR p_name = '' THEN
@@ -162,6 +163,7 @@ CREATE OR REPLACE FUNCTION queen.kv_put_v1(
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_forever boolean := coalesce(p_forever, false);
@@ -228,6 +230,7 @@ CREATE OR REPLACE FUNCTION queen.kv_get_v1(
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_result jsonb;
@@ -258,6 +261,7 @@ CREATE OR REPLACE FUNCTION queen.kv_delete_v1(
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_live boolean;

@@ -38,6 +38,7 @@ CREATE OR REPLACE FUNCTION queen.kv_expire_step_v1(p_shards int2[], p_now timest
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_budget  int := greatest(coalesce(p_max_rows, 1000), 0);
@@ -162,6 +163,7 @@ CREATE OR REPLACE FUNCTION queen.kv_usage_step_v1(p_shards int2[], p_now timesta
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     -- Measured 2026-11-30: see the dated block above this function.
@@ -325,6 +327,7 @@ CREATE OR REPLACE FUNCTION queen.kv_usage_step_v2(p_shards int2[], p_now timesta
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
     v_last   timestamptz;

@@ -34,6 +34,7 @@ CREATE OR REPLACE FUNCTION queen.schema_version_v1()
 RETURNS int
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT i.version FROM queen.schema_info i WHERE i.component = 'queen-sweeper'
 $fn$;
@@ -67,5 +68,5 @@ $grants$;
 
 -- Last statement of the apply: the version it leaves behind.
 INSERT INTO queen.schema_info AS i (component, version, applied_at)
-VALUES ('queen-sweeper', 13, now())
+VALUES ('queen-sweeper', 14, now())
 ON CONFLICT (component) DO UPDATE SET version = excluded.version, applied_at = excluded.applied_at;

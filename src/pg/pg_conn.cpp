@@ -193,6 +193,10 @@ std::string pinned_settings_sql(int64_t stmt_timeout_ms, int server_version) {
         {"lock_timeout", "0"},
         {"idle_in_transaction_session_timeout", "0"},
         {"row_security", "on"},
+        // The top-level call's plan too (every function pins its own: sql/README.md "Plan
+        // pins"): never JIT-compiled, never parallel, however large the tables grow.
+        {"jit", "off"},
+        {"max_parallel_workers_per_gather", "0"},
         // The server-side second line behind the client deadline: a call the client
         // gave up on stops on the server too, even if the cancel is lost.
         {"statement_timeout", std::to_string(stmt_timeout_ms + 1000)},
@@ -252,7 +256,11 @@ void PgConn::begin_setup() {
 }
 
 void PgConn::run(Query q, QueryCallback cb) {
-    cb_ = std::move(cb);
+    // Every way the call ends (an answer, a failure, its deadline, a close) passes here.
+    cb_ = [t0 = uv_hrtime(), cb = std::move(cb)](PgResult r) {
+        r.elapsed_us = static_cast<int64_t>((uv_hrtime() - t0) / 1000);
+        if (cb) cb(std::move(r));
+    };
     pending_ = PgResult{};
     state_ = State::busy;
     int sent;

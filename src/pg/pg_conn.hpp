@@ -53,6 +53,9 @@ struct PgResult {
     std::string message;
     Origin origin = Origin::answer;
     std::shared_ptr<PGresult> res;
+    // From the call's send to its answer (or its failure), microseconds: the server's time
+    // plus one round trip on the session (the admission and the pool's wait not included).
+    int64_t elapsed_us = 0;
 
     int rows() const { return res ? PQntuples(res.get()) : 0; }
     bool is_null(int r, int c) const { return PQgetisnull(res.get(), r, c); }

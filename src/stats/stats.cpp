@@ -102,6 +102,7 @@ nlohmann::json Stats::to_json() {
                         {"p99", x.fire_lag.percentile(0.99)},
                         {"max", x.fire_lag_max_ms},
                         {"samples", x.fire_lag.size()}};
+    j["calls"] = {{"probe", x.probe_calls.to_json()}, {"claim", x.claim_calls.to_json()}};
     j["switches"] = {{"fire_enabled", x.fire_enabled}, {"maintenance", x.maintenance}};
     j["fire_paused_cycles_total"] = x.fire_paused_cycles_total;
     j["kv_deleted_total"] = x.kv_deleted_total;
@@ -405,6 +406,33 @@ std::string Stats::to_prometheus() {
     }
     m.family("fire_lag_max_seconds", "gauge", "Largest fire lateness seen since start.")
         .sample(secs(x.fire_lag_max_ms));
+    {
+        // The calls that find due rows: milliseconds each, whatever the table holds.
+        const std::pair<const char *, const CallFigures *> calls[] = {{"probe", &x.probe_calls},
+                                                                      {"claim", &x.claim_calls}};
+        auto fam = m.family("call_seconds", "histogram",
+                            "Time of the probe's and the claim's calls, from send to answer (server time plus one "
+                            "round trip).");
+        for (const auto &[name, c] : calls) {
+            int64_t cum = 0;
+            for (size_t i = 0; i < c->hist.buckets.size(); ++i) {
+                cum += c->hist.buckets[i];
+                fam.sample(cum,
+                           L{{"statement", name}, {"le", PromFamilies::format_value(secs(LagHistogram::kBoundsMs[i]))}},
+                           "_bucket");
+            }
+            fam.sample(c->hist.count, L{{"statement", name}, {"le", "+Inf"}}, "_bucket");
+            fam.sample(secs(c->hist.sum_ms), L{{"statement", name}}, "_sum");
+            fam.sample(c->hist.count, L{{"statement", name}}, "_count");
+        }
+        auto last = m.family("call_last_seconds", "gauge", "Time of the last probe and claim call (-1: none yet).");
+        for (const auto &[name, c] : calls) last.sample(c->last_ms < 0 ? -1.0 : secs(c->last_ms), L{{"statement", name}});
+        auto most = m.family("call_max_seconds", "gauge", "Longest probe and claim call since start.");
+        for (const auto &[name, c] : calls) most.sample(secs(c->max_ms), L{{"statement", name}});
+        auto slow = m.family("slow_calls_total", "counter",
+                             "Probe and claim calls that took a second or more (each expects milliseconds).");
+        for (const auto &[name, c] : calls) slow.sample(c->slow_total, L{{"statement", name}});
+    }
 
     // KV prune and usage rollup.
     m.family("kv_deleted_total", "counter", "Expired KV rows pruned.").sample(x.kv_deleted_total);

@@ -1,6 +1,7 @@
 // Figures the loop publishes and any thread may read. The loop thread writes
 // under the mutex once per phase; the wake path only touches the atomics.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -70,6 +71,31 @@ ErrorPhase error_phase_of(const std::string &step);  // "claim" -> fire, "KV pru
 // A lost connection and what followed it (sweeper/drain.cpp): when and where it was lost, the
 // server found again, when firing resumed, the claims handed back, and the fires whose
 // outcome the lost connection took with it, resolved from the log after reconnecting.
+// How long the calls that find due rows take (issue 34): the probe and the claim each
+// expect milliseconds whatever the table holds. A call over kSlowMs (a plan that went bad,
+// a JIT compile, a walk through what a long transaction keeps alive) is counted, so that
+// an alert can say so before the drain runs out of its lease.
+struct CallFigures {
+    static constexpr int64_t kSlowMs = 1000;
+    int64_t last_ms = -1;  // -1: none yet
+    int64_t max_ms = 0;
+    int64_t calls_total = 0;
+    int64_t slow_total = 0;  // calls that took kSlowMs or more
+    LagHistogram hist;       // milliseconds, the fire lag's buckets
+
+    void observe(int64_t elapsed_us) {
+        const int64_t ms = elapsed_us / 1000;
+        last_ms = ms;
+        max_ms = std::max(max_ms, ms);
+        ++calls_total;
+        if (ms >= kSlowMs) ++slow_total;
+        hist.observe(ms);
+    }
+    nlohmann::json to_json() const {
+        return {{"last_ms", last_ms}, {"max_ms", max_ms}, {"calls_total", calls_total}, {"slow_total", slow_total}};
+    }
+};
+
 // The floor the probe and the claim start from, and what a long transaction elsewhere in
 // the database leaves behind it (sweeper/floor.hpp, docs/operations.md "Long transactions").
 struct FloorFigures {
@@ -238,6 +264,7 @@ struct Figures {
     PoolFigures pool;
     FailoverFigures failover;
     FloorFigures floor;
+    CallFigures probe_calls, claim_calls;
     nlohmann::json config = nlohmann::json::object();
 };
 

@@ -297,6 +297,10 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     q.binary_result = true;  // the payload as it is: a hex answer would double it
     q.timeout_ms = std::min<int64_t>(ctx_.cfg.stmt_timeout_ms, ctx_.cfg.sweeper_lease_ms / 2);
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
+    if (r.elapsed_us > 0) {  // 0: never sent (no connection)
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        ctx_.stats.f.claim_calls.observe(r.elapsed_us);
+    }
     if (!r.ok) {
         // Sent and unanswered: it may have committed. Remembered by id, handed back later.
         if (is_answer_lost(r) && !is_never_sent(r) && !is_read_only(r)) recovery_.remember_lost_claim(out.id, out.sent);

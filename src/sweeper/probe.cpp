@@ -25,6 +25,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     {
         std::lock_guard<std::mutex> g(stats_.mu);
         ++stats_.f.probes_total;
+        if (r.elapsed_us > 0) stats_.f.probe_calls.observe(r.elapsed_us);  // 0: never sent
     }
     if (!r.ok || r.rows() != 1) {
         if (r.ok) r.message = "probe returned no row";

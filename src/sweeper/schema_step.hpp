@@ -18,7 +18,7 @@ namespace qsw {
 
 // The schema version this library's sql/ records (sql/007_version.sql). Bumped with any
 // change in sql/ that a broker or a sweeper sees, together with that file.
-constexpr int64_t kSchemaVersion = 13;
+constexpr int64_t kSchemaVersion = 14;
 
 class SchemaStep {
 public:

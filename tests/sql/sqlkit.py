@@ -30,6 +30,16 @@ QUEEN_TABLES = [
 ]
 
 
+def _schema_version():
+    """The version the last statement of sql/007_version.sql records (what an apply leaves)."""
+    import re
+    with open(os.path.join(SQL_DIR, "007_version.sql"), encoding="utf-8") as f:
+        return int(re.search(r"VALUES \('queen-sweeper', (\d+), now\(\)\)", f.read()).group(1))
+
+
+SCHEMA_VERSION = _schema_version()
+
+
 def ms(n):
     return dt.timedelta(milliseconds=n)
 

@@ -11,7 +11,7 @@ import uuid
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, Queen, connect, ms, txn_hash
+from sqlkit import NOW, SCHEMA_VERSION, T1, Queen, connect, ms, txn_hash
 
 CLAIM = "SELECT * FROM queen.log_timers_claim_v1(NULL, %s, 30000, 10, 10)"
 
@@ -99,7 +99,7 @@ def test_sweeper_can_call_everything_it_uses(q, as_sweeper):
         sql, args = SWEEPER_CALLS[name]
         as_sweeper.exec(sql, args)
     assert as_sweeper.one("SELECT queen.switch_enabled_v1('timers_fire_enabled', true)") is True
-    assert as_sweeper.one("SELECT queen.schema_version_v1()") == 13
+    assert as_sweeper.one("SELECT queen.schema_version_v1()") == SCHEMA_VERSION
 
 
 def test_broker_can_call_everything_it_uses(as_broker):
@@ -107,7 +107,7 @@ def test_broker_can_call_everything_it_uses(as_broker):
         sql, args = BROKER_CALLS[name]
         as_broker.exec(sql, args)
     assert as_broker.one("SELECT queen.switch_enabled_v1('timers_schedule_enabled', true)") is True
-    assert as_broker.one("SELECT queen.schema_version_v1()") == 13
+    assert as_broker.one("SELECT queen.schema_version_v1()") == SCHEMA_VERSION
 
 
 def test_a_timer_goes_through_with_each_role_doing_its_part(q, as_broker, as_sweeper):
@@ -204,9 +204,9 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
 
 
 def test_schema_version_and_its_table(q):
-    assert q.one("SELECT queen.schema_version_v1()") == 13
+    assert q.one("SELECT queen.schema_version_v1()") == SCHEMA_VERSION
     row = q.all("SELECT component, version FROM queen.schema_info")
-    assert row == [{"component": "queen-sweeper", "version": 13}]
+    assert row == [{"component": "queen-sweeper", "version": SCHEMA_VERSION}]
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,7 +298,7 @@ def test_apply_by_an_owner_without_createrole(q, connections):
         apply_schema(conn)                               # and again: idempotent
         assert any("ownership left as it is" in n for n in conn.notices[notices_before:]), conn.notices
         own = Queen(conn)
-        assert own.one("SELECT queen.schema_version_v1()") == 13
+        assert own.one("SELECT queen.schema_version_v1()") == SCHEMA_VERSION
         assert own.one("SELECT count(*) FROM pg_proc p, aclexplode(coalesce(p.proacl,"
                        " acldefault('f', p.proowner))) a WHERE p.pronamespace = 'queen'::regnamespace"
                        " AND a.grantee = 0") == 0

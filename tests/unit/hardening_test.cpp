@@ -144,9 +144,11 @@ TEST(Pin, EverySettingThePluginDependsOnIsPinnedLocally) {
     for (const char *name : {"search_path", "bytea_output", "DateStyle", "IntervalStyle", "TimeZone",
                              "extra_float_digits", "standard_conforming_strings", "lock_timeout",
                              "idle_in_transaction_session_timeout", "statement_timeout",
-                             "client_connection_check_interval"})
+                             "client_connection_check_interval", "jit", "max_parallel_workers_per_gather"})
         EXPECT_NE(sql.find(std::string("'") + name + "'"), std::string::npos) << name;
     EXPECT_NE(sql.find("'31000', true"), std::string::npos);  // the server-side second line
+    EXPECT_NE(sql.find("'jit', 'off', true"), std::string::npos);
+    EXPECT_NE(sql.find("'max_parallel_workers_per_gather', '0', true"), std::string::npos);
     EXPECT_EQ(sql.find(", false)"), std::string::npos);        // never a session-level SET
     // PostgreSQL 13 has no client_connection_check_interval: not asked for there.
     EXPECT_EQ(qsw::pinned_settings_sql(30000, 130000).find("client_connection_check_interval"), std::string::npos);
