@@ -80,12 +80,23 @@ inline constexpr const char *kFloorHeadWalk =
     "WHERE s.schemaname = 'queen' AND s.relname = 'log_timers')";
 enum class FloorHeadWalkCol { behind_ms, dead_tuples };
 
-// Which server answers: host:port as the server reports it (also behind a bouncer), and
-// whether it is a standby.
+// Which server answers: host:port as the server reports it (also behind a bouncer),
+// whether it is a standby, and what it is: its system identifier and, on a primary, the
+// timeline it writes ("<system identifier>/<timeline>", "<system identifier>/recovery" on
+// a standby, empty where the role may not read them). An address can outlive its server (a
+// floating IP, a VIP, a Unix socket, a standby promoted and moved to the old primary's
+// port): a restore or a promotion changes the identity, never a restart. Each function is
+// guarded by the role's right to run it, so an operator's REVOKE costs the identity only.
 inline constexpr const char *kIdentifyServer =
     "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || "
-    "coalesce(inet_server_port()::text, current_setting('port')), pg_is_in_recovery()";
-enum class IdentifyCol { server, in_recovery };
+    "coalesce(inet_server_port()::text, current_setting('port')), pg_is_in_recovery(), "
+    "coalesce(CASE WHEN has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') "
+    "THEN (SELECT s.system_identifier::text FROM pg_catalog.pg_control_system() s) END || '/' || "
+    "CASE WHEN pg_is_in_recovery() THEN 'recovery' "
+    "WHEN has_function_privilege('pg_catalog.pg_walfile_name(pg_catalog.pg_lsn)', 'EXECUTE') "
+    "AND has_function_privilege('pg_catalog.pg_current_wal_lsn()', 'EXECUTE') "
+    "THEN substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END, '')";
+enum class IdentifyCol { server, in_recovery, identity };
 
 // The schema version this database records. One row: int, or null.
 inline constexpr const char *kReadSchemaVersion = "SELECT queen.schema_version_v1()";

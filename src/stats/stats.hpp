@@ -127,6 +127,7 @@ struct FailoverFigures {
     std::string last_lost_error;
     std::string lost_server;             // host:port the connection was on when it was lost
     std::string server;                  // host:port of the server the sweeper talks to now
+    std::string server_identity;         // "<system identifier>/<timeline>" of that server (empty: unreadable)
     bool server_in_recovery = false;
     int64_t server_changes_total = 0;    // a different server after a loss: a failover
     int64_t reconnected_unix_ms = -1;    // the server was identified again after the loss
@@ -154,6 +155,7 @@ struct FailoverFigures {
                 {"last_lost_error", last_lost_error},
                 {"lost_server", lost_server},
                 {"server", server},
+                {"server_identity", server_identity},
                 {"server_in_recovery", server_in_recovery},
                 {"server_changes_total", server_changes_total},
                 {"reconnected_unix_ms", reconnected_unix_ms},

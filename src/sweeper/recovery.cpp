@@ -239,6 +239,12 @@ void Recovery::note_fired(int64_t timers) {
                   " ms after the connection was lost");
 }
 
+bool is_new_server(const ServerIdentity &before, const ServerIdentity &now) {
+    if (before.address.empty()) return false;
+    if (before.address != now.address) return true;
+    return !before.identity.empty() && !now.identity.empty() && before.identity != now.identity;
+}
+
 Task<bool> Recovery::identify_server() {
     // Which server answers now. Behind a bouncer this is still the PostgreSQL server, so
     // the stats name the host that failed and the one that took over.
@@ -255,25 +261,31 @@ Task<bool> Recovery::identify_server() {
     }
     const std::string server = r.get(0, static_cast<int>(sql::IdentifyCol::server));
     const bool in_recovery = r.get(0, static_cast<int>(sql::IdentifyCol::in_recovery)) == "t";
+    const std::string identity = r.get(0, static_cast<int>(sql::IdentifyCol::identity));
     identify_pending_ = false;
     std::string before;
+    bool changed = false;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         auto &fo = ctx_.stats.f.failover;
         before = fo.server;
-        if (!before.empty() && before != server) {
+        changed = is_new_server({before, identity_}, {server, identity});
+        if (changed) {
             ++fo.server_changes_total;
             ++server_changes_;
         }
         fo.server = server;
+        fo.server_identity = identity;
         fo.server_in_recovery = in_recovery;
         // The first identification after the last recorded loss dates the reconnection.
         if (fo.last_lost_unix_ms >= 0 && fo.reconnected_unix_ms < fo.last_lost_unix_ms)
             fo.reconnected_unix_ms = wall_now_ms();
     }
+    const std::string was_identity = identity_;
+    identity_ = identity;
     const bool again = awaiting_resume_ && !reconnected_since_loss_;
     reconnected_since_loss_ = true;
-    if (!before.empty() && before != server) {
+    if (changed) {
         // A failover: what was announced on the old server in the last seconds is looked
         // for on the new one (check_recent_fires).
         to_check_.assign(announced_.begin(), announced_.end());
@@ -281,7 +293,11 @@ Task<bool> Recovery::identify_server() {
         announced_bytes_ = 0;
     }
     if (before.empty()) ctx_.log.info("connected to " + server);
-    else if (before != server) ctx_.log.warn("connected to " + server + " (was " + before + "): the database failed over");
+    else if (changed && before != server)
+        ctx_.log.warn("connected to " + server + " (was " + before + "): the database failed over");
+    else if (changed)
+        ctx_.log.warn("connected to " + server + ", now server " + identity + " (was " + was_identity +
+                      "): the database failed over behind the same address");
     else if (again) ctx_.log.info("connected to " + server + " again");
     co_return true;
 }

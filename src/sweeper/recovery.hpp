@@ -25,6 +25,19 @@
 
 namespace qsw {
 
+// Which server answers: its address as the server reports it and what it is (system
+// identifier and timeline; empty where the role may not read them: kIdentifyServer).
+struct ServerIdentity {
+    std::string address;
+    std::string identity;
+};
+
+// Whether `now` is another server than `before` (a failover): another address, or the same
+// address with another identity (a floating IP, a VIP or a socket moved to a promoted
+// standby or a restored copy). The first identification (no `before`) is no change, and
+// an identity that one side could not read decides nothing.
+bool is_new_server(const ServerIdentity &before, const ServerIdentity &now);
+
 class Recovery {
 public:
     Recovery(LoopContext &ctx, HeldClaims &held) : ctx_(ctx), held_(held) {}
@@ -58,6 +71,7 @@ public:
 
 private:
     uint64_t server_changes_ = 0;
+    std::string identity_;  // the identity part of the server last identified
     struct ParkedSegment {
         std::string tenant, queue, partition;
         int64_t count = 0;
