@@ -62,7 +62,7 @@ def current_files() -> list[Path]:
 
 
 def admin_conninfo() -> str:
-    # The superuser: creating a database and applying 006_roles.sql need it.
+    # The superuser: creating a database and applying 007_roles.sql need it.
     value = os.environ.get("QUEEN_TEST_ADMIN_CONNINFO") or os.environ.get("QUEEN_TEST_CONNINFO")
     if not value and not os.environ.get("PGHOST"):
         pytest.fail("QUEEN_TEST_CONNINFO is not set: start a database with "
@@ -227,7 +227,7 @@ def test_upgrade_from_v1_keeps_data_and_fires_old_timers(database, how):
         else:
             config["apply_schema"] = True
 
-        if how == "sql_files_in_order" and (ROOT / "sql" / "007_version.sql").exists():
+        if how == "sql_files_in_order" and (ROOT / "sql" / "008_version.sql").exists():
             # The schema records its version from 007 on; v1 had no such record.
             assert one(conn, "SELECT queen.schema_version_v1()") >= 2
 
