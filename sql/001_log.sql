@@ -359,7 +359,6 @@ DECLARE
     v_pr_s  int[];          -- frame (segment, frame) repeating a hash of an earlier
     v_pr_k  int[];          --   segment e of the same queue (window > 0)
     v_pr_e  int[];
-    v_x     int;
 BEGIN
     -- One primary-key probe per frame (LATERAL ... LIMIT 1): a plain join here gets a
     -- cached generic plan that hashes the whole index table, and the fire then slows down
@@ -486,14 +485,12 @@ DECLARE
     v_n     int := coalesce(cardinality(p_partition_ids), 0);
     v_app   boolean[];      -- per segment: to be appended
     v_chk   record;         -- log_dedup_check_v1
-    v_x     int;
     v_ok    boolean;
     v_won_q bigint[];       -- index rows the upsert took
     v_won_h bytea[];
     v_tq    record;
     v_last  bigint[];
     v_one   record;
-    v_i     int;
     v_opt   boolean := p_dedup AND coalesce(p_optimistic, false);
 BEGIN
     IF p_dedup AND NOT v_opt THEN

@@ -411,7 +411,6 @@ DECLARE
     v_did_len  int;
     v_fcs_len  int;
     v_pos      int;
-    v_k        int;
     v_declared numeric := 0;
     v_plain    numeric := 0;
     v_header   int;
@@ -814,19 +813,18 @@ DECLARE
     -- The segment frame carries txn and producer sub lengths as u16 (src/codec/codec.hpp).
     c_max_u16  constant int := 65535;
     v_n        int;
-    v_idx      int;
     v_op       record;
-    v_kind     text[] := '{}';
-    v_queue    text[] := '{}';
-    v_key      text[] := '{}';
-    v_part     text[] := '{}';
-    v_delay    bigint[] := '{}';
-    v_txn      text[] := '{}';
-    v_payload  bytea[] := '{}';
-    v_zstd     boolean[] := '{}';
-    v_enc      boolean[] := '{}';
+    v_kind     text[] := '{}'::text[];
+    v_queue    text[] := '{}'::text[];
+    v_key      text[] := '{}'::text[];
+    v_part     text[] := '{}'::text[];
+    v_delay    bigint[] := '{}'::bigint[];
+    v_txn      text[] := '{}'::text[];
+    v_payload  bytea[] := '{}'::bytea[];
+    v_zstd     boolean[] := '{}'::boolean[];
+    v_enc      boolean[] := '{}'::boolean[];
     v_order    int[];
-    v_results  jsonb[] := '{}';
+    v_results  jsonb[] := '{}'::jsonb[];
     v_dup      record;
     v_i        int;
 BEGIN
