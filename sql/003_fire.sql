@@ -280,7 +280,7 @@ $fn$;
 -- queen.log_timers_fire_blocked_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], timer_keys text[], timer_seg int[], timer_tokens uuid[], now timestamptz,
 --     held boolean[], held_n int[]) -> boolean[]
--- (schema version 10) Per segment, after log_timers_fire_hold_v1: true when the hold missed
+-- Per segment, after log_timers_fire_hold_v1: true when the hold missed
 -- some of its rows (held_n[i] < seg_counts[i]) and every row it missed is still ours by a
 -- plain read (log_timers_ours_v1 under this statement's snapshot): another transaction
 -- holds a lock on a row that is still the caller's. That is mostly another broker's claim
@@ -530,7 +530,7 @@ BEGIN
         -- on every row, all for nothing. Answered here instead, nothing taken: the rows
         -- stay claimed, and the caller's next call (which waits a little for the
         -- partition) checks, holds and fires them, or finds them stale. Before the check
-        -- of the timers (schema version 12), the call's dearest step after the append:
+        -- of the timers, the call's dearest step after the append:
         -- with four brokers on one partition, nearly half the fire calls were such
         -- answers, each checking every timer of its batch for nothing (tests/bench/
         -- README.md, eleventh pass).
@@ -545,7 +545,7 @@ BEGIN
             p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
             false);
         IF array_position(v_last, NULL) IS NOT NULL THEN
-            -- Some held (schema version 10): the segments of the partitions we took are
+            -- Some held: the segments of the partitions we took are
             -- fired this way, the others answered busy with their rows untouched (not
             -- read, not locked, still claimed), as the general way answers them but
             -- without its lock on every row. Before, any held partition sent the whole
@@ -660,7 +660,7 @@ $fn$;
 -- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
 -- segment (timers sharing a txn go in different segments). With p_wait false and every
 -- segment's partition held by someone else, a call whose segment names and counts are
--- well formed is answered all busy before its timers are checked (schema version 12):
+-- well formed is answered all busy before its timers are checked:
 -- nothing is taken or written, and the call that can fire them refuses what is wrong.
 -- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
 -- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
@@ -743,7 +743,7 @@ DECLARE
     v_blocked boolean[];    -- per segment: rows all still ours, some locked by another transaction
     v_held_n int[];         -- held_n, a blocked segment counted in full (busy, not stale)
 BEGIN
-    -- What the fast way reads before its check (schema version 12): the segments' names and
+    -- What the fast way reads before its check: the segments' names and
     -- counts, one element each, none null or empty, each count at least 1. Anything else,
     -- or no segment at all, goes to the check at once, which refuses it (or, with no
     -- segment, the timers named without one).

@@ -29,8 +29,8 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 -- Then, on EVERY pass, including one that deletes nothing: unpruned = dead rows still
 -- present in those shards, counted up to 8 * max_rows (unprunedCapped when more exist),
 -- and lagMs = now - the oldest expiry among them (0 when none). An unpruned table is a
--- failure that looks like health; these two numbers are its alarm. nextExpiryMs (schema
--- version 6) = the nearest expiry still ahead of now in those shards, in ms from now, or
+-- failure that looks like health; these two numbers are its alarm. nextExpiryMs
+-- = the nearest expiry still ahead of now in those shards, in ms from now, or
 -- null when no key there has one: a table of live keys with a ttl is work to come, and the
 -- sweeper keeps the prune's cadence for it instead of backing off as if the table were empty.
 -- Locks: rows of queen.kv, FOR UPDATE SKIP LOCKED (never waits), then deletes them.
