@@ -275,9 +275,9 @@ $fn$;
 
 -- queen.log_timers_not_behind_v1() -> trigger: the floor's rule (section 2) for a write that
 -- does not go through this schema's functions (an operator's INSERT or UPDATE by hand, a
--- wrapper of 006_compat.sql that hands a row back without a now, log_timers_release_v1): a row left in nobody's hands at a visible_at before its
--- transaction's now() is put at now() (claimed_until = now(), claim_token null), so that no
--- sweeper's floor is past it. The trigger's WHEN clause is false for every write of this
+-- wrapper of 006_compat.sql that hands a row back without a now, log_timers_release_v1): a
+-- row left in nobody's hands at a visible_at before its transaction's now() is put at now()
+-- (claimed_until = now(), claim_token null), so that no sweeper's floor is past it. The trigger's WHEN clause is false for every write of this
 -- schema's functions (they put such a row at their caller's now already), so the function
 -- runs only for those other writes; a claim (claim_token set) never meets it.
 -- The one function here that reads the clock: a write by hand has no caller's now.
