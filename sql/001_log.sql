@@ -322,14 +322,38 @@ BEGIN
 END
 $fn$;
 
--- The single-segment append of earlier builds (log_append_v1), replaced by the one below.
+-- The guard against a 1.0.0 broker's apply (sql/README.md, "Versions"). A 1.0.0 broker with
+-- apply_schema on applies its own embedded files at every start (1.0.0 has no version
+-- check), which would put 1.0.0's bodies back under the names 006_compat.sql wraps, and no
+-- current broker would put them back (it finds this version recorded). Those files create
+-- queen.log_append_v1, 1.0.0's single-segment append, returning (base_offset, end_offset).
+-- The function below has the same arguments and another result type, so that CREATE OR
+-- REPLACE fails (42P13) and the whole 1.0.0 apply with it (one implicit transaction): the
+-- 1.0.0 broker logs "schema apply failed" and runs on this schema through the wrappers.
+-- 1.0.0's own append, where an upgraded database still has it, is dropped first.
 DO $drop$
 BEGIN
-    IF to_regprocedure('queen.log_append_v1(bigint, bigint, integer, bytea, bytea, timestamp with time zone)') IS NOT NULL THEN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc p
+         WHERE p.oid = pg_catalog.to_regprocedure('queen.log_append_v1(bigint, bigint, integer, bytea, bytea, '
+                                                  'timestamp with time zone)')) <> 'int'::regtype THEN
         DROP FUNCTION queen.log_append_v1(bigint, bigint, integer, bytea, bytea, timestamptz);
     END IF;
 END
 $drop$;
+
+-- queen.log_append_v1(queue_id bigint, partition_id bigint, count int, hashes bytea,
+--                     blob bytea, now timestamptz) -> int: the guard above; returns null and
+-- does nothing (nothing calls it; granted to nobody). Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_append_v1(
+    p_queue_id bigint, p_partition_id bigint, p_count int, p_hashes bytea, p_blob bytea,
+    p_now timestamptz)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+    SELECT NULL::int
+$fn$;
 
 -- queen.log_dedup_check_v1(queue_ids bigint[], last_offsets bigint[], counts int[],
 --     hashes bytea[], windows bigint[], now timestamptz)

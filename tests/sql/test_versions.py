@@ -31,9 +31,10 @@ from sqlkit import ROOT, SCHEMA_VERSION, SQL_DIR, sql_files
 COMPAT = os.path.join(SQL_DIR, "006_compat.sql")
 RELEASED_1_0_0 = os.path.join(ROOT, "tests", "upgrade", "v1")
 DIGESTS = os.path.join(os.path.dirname(__file__), "schema_digests.txt")
-# 1.0.0's internal helpers that the current schema no longer has: never granted, never called
+# 1.0.0's internal helper whose name the current schema keeps as the guard against a 1.0.0
+# apply (sql/001_log.sql): same arguments, another result type. Never granted, never called
 # by anything but 1.0.0's own bodies.
-RETIRED_HELPERS_1_0_0 = {"log_append_v1"}
+GUARD_1_0_0 = "log_append_v1"
 FN_RE = re.compile(r"CREATE OR REPLACE FUNCTION (queen\.\w+)\s*\(", re.I)
 
 
@@ -128,12 +129,35 @@ def test_what_1_0_0_shipped_is_callable_with_its_signature_and_the_compat_file_h
     with q.conn.cursor() as cur:
         now = signatures(cur)
     for fn, sig in sorted(released.items()):
-        if fn in RETIRED_HELPERS_1_0_0:
-            assert fn not in now, fn
+        if fn == GUARD_1_0_0:
+            # Its input arguments (1.0.0's identity lists its OUT ones too) and not its result.
+            assert now[fn][0] == re.sub(r", OUT [^,]+", "", sig[0]) and now[fn][1] != sig[1], \
+                (fn, sig, now.get(fn))
             continue
         assert fn in now, "1.0.0 shipped %s; it is gone" % fn
         assert now[fn] == sig, (fn, sig, now[fn])
     assert functions_in(COMPAT) <= set(released), functions_in(COMPAT) - set(released)
+
+
+def test_a_1_0_0_apply_on_the_current_schema_fails_whole_and_changes_nothing(q, connections):
+    """1.0.0 applies its embedded files (tests/upgrade/v1/, concatenated, one implicit
+    transaction) at every start with apply_schema on: on this schema that apply fails on the
+    guard (42P13) and leaves every body as it was."""
+    def bodies():
+        return q.all("SELECT p.oid::regprocedure::text AS fn, md5(p.prosrc) AS src, p.prolang FROM pg_proc p"
+                     " WHERE p.pronamespace = 'queen'::regnamespace ORDER BY 1")
+    before = bodies()
+    text = "\n".join(open(f, encoding="utf-8").read()
+                     for f in sorted(glob.glob(os.path.join(RELEASED_1_0_0, "[0-9][0-9][0-9]_*.sql"))))
+    conn = connections()
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(text)
+        raise AssertionError("the 1.0.0 apply went through")
+    except psycopg2.Error as e:
+        assert e.pgcode == "42P13" and "log_append_v1" in str(e), (e.pgcode, str(e))
+    assert bodies() == before
 
 
 def test_every_function_the_library_calls_exists_and_is_current(q):

@@ -1,15 +1,17 @@
 """A broker of a released version, for test_upgrade.py: runs that release's sweeper (its own
 Python binding and library, from PYTHONPATH and QUEEN_SWEEPER_LIBRARY) against the database
 named by argv[1] until a line arrives on stdin, then stops it and prints its final stats
-(JSON) on stdout. Never applies a schema (apply_schema false): the operator has applied the
-current one."""
+(JSON) on stdout. argv[4] "apply": with apply_schema on, as a 1.0.0 broker started with it
+would run (its apply of 1.0.0's files must fail on the current schema's guard and change
+nothing); otherwise off."""
 
 import json
 import sys
 
 from queen_sweeper import Sweeper
 
-config = {"conninfo": sys.argv[1], "broker_id": sys.argv[2], "read_env": False, "apply_schema": False,
+config = {"conninfo": sys.argv[1], "broker_id": sys.argv[2], "read_env": False,
+          "apply_schema": len(sys.argv) > 4 and sys.argv[4] == "apply",
           "sweeper_max_sleep_ms": 100, "sweeper_lease_ms": int(sys.argv[3]), "log_level": "warn"}
 logs = []
 with Sweeper(**config) as sw:

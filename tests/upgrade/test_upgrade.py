@@ -328,8 +328,12 @@ def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_h
 
         env = dict(os.environ, PYTHONPATH=str(release / "src" / "bindings" / "python"),
                    QUEEN_SWEEPER_LIBRARY=str(release / "build" / "libqueen_sweeper.so"))
+        # With apply_schema on, as a 1.0.0 broker left with its settings would start: its apply
+        # of 1.0.0's files must fail whole on the guard (sql/001_log.sql) and change nothing.
+        bodies_before = rows(conn, "SELECT p.oid::regprocedure::text, md5(p.prosrc) FROM pg_proc p"
+                                   " WHERE p.pronamespace = 'queen'::regnamespace ORDER BY 1")
         old = subprocess.Popen([sys.executable, str(HERE / "old_broker.py"), database, "release-1.0.0",
-                                str(ROLLING_LEASE_MS)], env=env, stdin=subprocess.PIPE,
+                                str(ROLLING_LEASE_MS), "apply"], env=env, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert old.stdout.readline().strip() == "started", old.stderr.read()
 
@@ -390,6 +394,10 @@ def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_h
         assert old.returncode == 0, err
         old_run = json.loads(out.strip().splitlines()[-1])
         old_stats = old_run["stats"]
+        assert any("schema apply failed (SQLSTATE 42P13)" in line for line in old_run["logs"]), \
+            old_run["logs"]
+        assert rows(conn, "SELECT p.oid::regprocedure::text, md5(p.prosrc) FROM pg_proc p"
+                          " WHERE p.pronamespace = 'queen'::regnamespace ORDER BY 1") == bodies_before
 
         seen = fired_txns_of(conn, ROLLING_PARTITIONS)
         assert set(seen) == set(written), sorted(set(written) ^ set(seen))
