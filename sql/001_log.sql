@@ -322,14 +322,38 @@ BEGIN
 END
 $fn$;
 
--- The single-segment append of earlier builds (log_append_v1), replaced by the one below.
+-- The guard against a 1.0.0 broker's apply (sql/README.md, "Versions"). A 1.0.0 broker with
+-- apply_schema on applies its own embedded files at every start (1.0.0 has no version
+-- check), which would put 1.0.0's bodies back under the names 006_compat.sql wraps, and no
+-- current broker would put them back (it finds this version recorded). Those files create
+-- queen.log_append_v1, 1.0.0's single-segment append, returning (base_offset, end_offset).
+-- The function below has the same arguments and another result type, so that CREATE OR
+-- REPLACE fails (42P13) and the whole 1.0.0 apply with it (one implicit transaction): the
+-- 1.0.0 broker logs "schema apply failed" and runs on this schema through the wrappers.
+-- 1.0.0's own append, where an upgraded database still has it, is dropped first.
 DO $drop$
 BEGIN
-    IF to_regprocedure('queen.log_append_v1(bigint, bigint, integer, bytea, bytea, timestamp with time zone)') IS NOT NULL THEN
+    IF (SELECT p.prorettype FROM pg_catalog.pg_proc p
+         WHERE p.oid = pg_catalog.to_regprocedure('queen.log_append_v1(bigint, bigint, integer, bytea, bytea, '
+                                                  'timestamp with time zone)')) <> 'int'::regtype THEN
         DROP FUNCTION queen.log_append_v1(bigint, bigint, integer, bytea, bytea, timestamptz);
     END IF;
 END
 $drop$;
+
+-- queen.log_append_v1(queue_id bigint, partition_id bigint, count int, hashes bytea,
+--                     blob bytea, now timestamptz) -> int: the guard above; returns null and
+-- does nothing (nothing calls it; granted to nobody). Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_append_v1(
+    p_queue_id bigint, p_partition_id bigint, p_count int, p_hashes bytea, p_blob bytea,
+    p_now timestamptz)
+RETURNS int
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+    SELECT NULL::int
+$fn$;
 
 -- queen.log_dedup_check_v1(queue_ids bigint[], last_offsets bigint[], counts int[],
 --     hashes bytea[], windows bigint[], now timestamptz)
@@ -359,7 +383,6 @@ DECLARE
     v_pr_s  int[];          -- frame (segment, frame) repeating a hash of an earlier
     v_pr_k  int[];          --   segment e of the same queue (window > 0)
     v_pr_e  int[];
-    v_x     int;
 BEGIN
     -- One primary-key probe per frame (LATERAL ... LIMIT 1): a plain join here gets a
     -- cached generic plan that hashes the whole index table, and the fire then slows down
@@ -486,14 +509,12 @@ DECLARE
     v_n     int := coalesce(cardinality(p_partition_ids), 0);
     v_app   boolean[];      -- per segment: to be appended
     v_chk   record;         -- log_dedup_check_v1
-    v_x     int;
     v_ok    boolean;
     v_won_q bigint[];       -- index rows the upsert took
     v_won_h bytea[];
     v_tq    record;
     v_last  bigint[];
     v_one   record;
-    v_i     int;
     v_opt   boolean := p_dedup AND coalesce(p_optimistic, false);
 BEGIN
     IF p_dedup AND NOT v_opt THEN

@@ -32,6 +32,15 @@ INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
 ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
+-- Functions of builds between 1.0.0 and 1.1.0 that no release shipped, dropped (sql/README.md,
+-- "Versions"): a call with their signatures fails with 42883. Nothing in this schema calls them.
+DROP FUNCTION IF EXISTS queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid);
+DROP FUNCTION IF EXISTS queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid,
+                                                  uuid[], text[], text[]);
+DROP FUNCTION IF EXISTS queen.log_timers_claim_v3(int2[], timestamptz, int, int, int, bigint, uuid,
+                                                  uuid[], text[], text[], timestamptz, uuid[]);
+DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v1(uuid[], timestamptz, timestamptz);
+
 -- ---------------------------------------------------------------------------------------
 -- The table
 -- ---------------------------------------------------------------------------------------
@@ -237,7 +246,7 @@ $fn$;
 -- versions 1-6, for their callers). So that visible_at = greatest(deliver_at,
 -- claimed_until) is never earlier than the now of the write: a timer scheduled with a
 -- deliverAt in the past, a replace, a reschedule, a hand-back. This is the rule the floor
--- rests on (3a, log_timers_due_v2): a row can only land behind a floor if its transaction
+-- rests on (section 2, log_timers_due_v2): a row can only land behind a floor if its transaction
 -- commits more than the floor's slack after the now it wrote with. The claim (now + lease)
 -- and a failure (now + backoff) keep the rule by themselves. Locks: none.
 -- No SET search_path (it runs per row of a hand-back): every name is schema-qualified.
@@ -249,7 +258,7 @@ AS $fn$
 $fn$;
 
 -- queen.log_timers_floor_slack_v1() -> interval: how far behind the now of a probe or a
--- claim the floor is kept at least (3a). A row whose transaction commits more than this
+-- claim the floor is kept at least (section 2). A row whose transaction commits more than this
 -- after the now it wrote with may land behind the floor: the sweeper's walk from the index
 -- head (log_timers_below_floor_v1) finds it. 5 seconds: a host transaction that writes a
 -- timer with now() and commits within 5 s of its start is never behind; each second of
@@ -264,12 +273,11 @@ AS $fn$
     SELECT interval '5 seconds'
 $fn$;
 
--- queen.log_timers_not_behind_v1() -> trigger: the floor's rule (3a) for a write that does
--- not go through this schema's functions (an operator's INSERT or UPDATE by hand, a
--- function of an older schema version during a rolling upgrade, such as
--- log_timers_release_v1): a row left in nobody's hands at a visible_at before its
--- transaction's now() is put at now() (claimed_until = now(), claim_token null), so that no
--- sweeper's floor is past it. The trigger's WHEN clause is false for every write of this
+-- queen.log_timers_not_behind_v1() -> trigger: the floor's rule (section 2) for a write that
+-- does not go through this schema's functions (an operator's INSERT or UPDATE by hand, a
+-- wrapper of 006_compat.sql that hands a row back without a now, log_timers_release_v1): a
+-- row left in nobody's hands at a visible_at before its transaction's now() is put at now()
+-- (claimed_until = now(), claim_token null), so that no sweeper's floor is past it. The trigger's WHEN clause is false for every write of this
 -- schema's functions (they put such a row at their caller's now already), so the function
 -- runs only for those other writes; a claim (claim_token set) never meets it.
 -- The one function here that reads the clock: a write by hand has no caller's now.
@@ -403,7 +411,6 @@ DECLARE
     v_did_len  int;
     v_fcs_len  int;
     v_pos      int;
-    v_k        int;
     v_declared numeric := 0;
     v_plain    numeric := 0;
     v_header   int;
@@ -806,19 +813,18 @@ DECLARE
     -- The segment frame carries txn and producer sub lengths as u16 (src/codec/codec.hpp).
     c_max_u16  constant int := 65535;
     v_n        int;
-    v_idx      int;
     v_op       record;
-    v_kind     text[] := '{}';
-    v_queue    text[] := '{}';
-    v_key      text[] := '{}';
-    v_part     text[] := '{}';
-    v_delay    bigint[] := '{}';
-    v_txn      text[] := '{}';
-    v_payload  bytea[] := '{}';
-    v_zstd     boolean[] := '{}';
-    v_enc      boolean[] := '{}';
+    v_kind     text[] := '{}'::text[];
+    v_queue    text[] := '{}'::text[];
+    v_key      text[] := '{}'::text[];
+    v_part     text[] := '{}'::text[];
+    v_delay    bigint[] := '{}'::bigint[];
+    v_txn      text[] := '{}'::text[];
+    v_payload  bytea[] := '{}'::bytea[];
+    v_zstd     boolean[] := '{}'::boolean[];
+    v_enc      boolean[] := '{}'::boolean[];
     v_order    int[];
-    v_results  jsonb[] := '{}';
+    v_results  jsonb[] := '{}'::jsonb[];
     v_dup      record;
     v_i        int;
 BEGIN
@@ -891,238 +897,9 @@ END
 $fn$;
 
 -- ---------------------------------------------------------------------------------------
--- 2. due: the probe
+-- 2. due and claim, from a floor
 -- ---------------------------------------------------------------------------------------
-
--- queen.log_timers_due_v1(shards int2[], now timestamptz, cap int) -> jsonb
---   {"now", "nowMs", "nextInMs", "due", "dueCapped", "lateMs", "fireEnabled",
---    "maintenance", "scheduleEnabled"}
--- Read-only. nextInMs: ms from now until the smallest visible_at over the given shards
--- (null shards = all 64), rounded up, 0 when that instant has passed, null when no row
--- exists. due: rows with visible_at <= now, counted up to cap (null cap = 2000);
--- dueCapped: more than cap exist. lateMs: now - smallest visible_at when due > 0, else 0.
--- fireEnabled = timers_fire_enabled AND NOT maintenance_mode.
--- Since schema version 9: log_timers_due_v2 with no floor and no horizon (see there).
--- Locks: none (no row locks; ACCESS SHARE on the table).
--- SET enable_seqscan = off: every table this call touches is reached through an index, and
--- must stay so whatever the statistics say. A plan made while a table looked empty (a
--- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
--- sequential scan in it, each call scans everything fired since (measured in
--- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
-CREATE OR REPLACE FUNCTION queen.log_timers_due_v1(p_shards int2[], p_now timestamptz, p_cap int)
-RETURNS jsonb
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
-AS $fn$
-BEGIN
-    -- Schema version 9: log_timers_due_v2 from the index's head (no floor, no horizon),
-    -- which walks the due index past the rows in flight (see "The due index"); the same
-    -- answer, without the keys version 2 added. (PL/pgSQL: version 2 is defined below.)
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_due_v1: now must not be null' USING ERRCODE = '22023';
-    END IF;
-    RETURN queen.log_timers_due_v2(p_shards, p_now, p_cap, NULL::timestamptz, NULL::int)
-           - 'floor' - 'floorMs' - 'beyond' - 'tenants';
-END
-$fn$;
-
--- ---------------------------------------------------------------------------------------
--- 3. claim
--- ---------------------------------------------------------------------------------------
-
--- The seven-argument form of an unreleased build of version 5 is dropped once (a call
--- would otherwise be ambiguous between it and this one).
-DO $drop$
-BEGIN
-    IF to_regprocedure('queen.log_timers_claim_v2(smallint[], timestamp with time zone, integer, integer, '
-                       'integer, bigint, uuid)') IS NOT NULL THEN
-        DROP FUNCTION queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid);
-    END IF;
-END
-$drop$;
-
--- queen.log_timers_claim_v2(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
---                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
---                           skip_queues text[], skip_partitions text[])
---   -> table(tenant_id uuid, queue text, timer_key text, partition text, txn text,
---            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
---            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
---            attempts int)
--- Takes due rows (due_at <= now and in nobody's hands), the globally oldest first, in
--- ONE walk of the due index (due_at, schema version 9; visible_at before): candidates are
--- taken in due_at order, FOR UPDATE
--- SKIP LOCKED, up to a pool of 2 * max_rows (max_rows when per_tenant >= max_rows or is
--- null/< 1, where fairness cannot change the choice). shards: null = every shard (the
--- sweeper's case); a non-null array restricts the walk to rows of those shards (a filter,
--- not an order: the walk is oldest-first whatever the array's order). From the pool,
--- rows are chosen ordered by (ceil(rank within tenant / per_tenant), due_at): each
--- tenant gets per_tenant rows before any tenant gets more, and when the other tenants
--- have nothing the remainder still fills (work-conserving). Fairness holds within the
--- pool; the index has no tenant in it, so a tenant whose rows are all younger than another
--- tenant's whole pool-sized backlog waits for that backlog's head to move.
--- The choice stops at max_rows rows or, in the same order, at max_bytes of payload
--- (octet_length, read from the row's header: a TOASTed payload is not fetched to be
--- measured): the first row is always taken, every later one only while the running sum
--- of payload bytes stays within max_bytes (null or < 1: no byte budget). So a claim is
--- bounded in bytes as well as rows, and its memory in the caller with it.
--- skip_*: (tenant, queue, partition) triples, element by element, whose rows are left
--- alone (null or empty: none). The caller names the partitions someone else holds right
--- now (a push, another broker's fire), whose claimed rows it is already keeping to fire
--- them later: claiming more of them would only add rows it cannot fire yet, and the rows
--- of every other partition come first instead. The walk passes over such rows (a filter,
--- not an order), so a held partition costs its own due rows, never the others' turn.
--- Concurrent claimers do not queue on the index head: a row another claim holds is
--- skipped (SKIP LOCKED), and a row another claim has committed is passed by its lease
--- (it stays at its due_at: claim_due, so the claim's UPDATE changes no indexed column).
--- Every claimed row gets claim_token = claim_id (the caller's, so that a caller whose
--- answer was lost can still name what it holds: log_timers_release_claims_v1) or, with a
--- null claim_id, a fresh token of its own; and claimed_until = now + lease_ms, the same
--- instant for every row of the claim, and claim_due = its due_at. A claim_id must
--- be unique (a random v4 uuid): it is what the fire and the release match.
--- Rows come back in their due_at order; late_ms = now - deliver_at.
--- Returns nothing when timers_fire_enabled is false or maintenance_mode is true.
--- Refused with 22023: null now, lease_ms < 1, skip arrays of different lengths.
--- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); pool rows that
--- are not chosen stay locked until the caller's transaction ends (one statement in the
--- sweeper's call).
--- SET enable_seqscan = off: every table this call touches is reached through an index, and
--- must stay so whatever the statistics say. A plan made while a table looked empty (a
--- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
--- sequential scan in it, each call scans everything fired since (measured in
--- tests/bench/README.md: a dedup probe at 1,024 ms per call, one sweeper at 885/s).
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_v2(
-    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
-    p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
-    p_skip_partitions text[])
-RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
-               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
-               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
-               attempts int)
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
-AS $fn$
-#variable_conflict use_column
-DECLARE
-    v_per      int;
-    v_pool_cap int;
-    v_all      boolean;
-    v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
-    v_skip     boolean := coalesce(cardinality(p_skip_partitions), 0) > 0;
-BEGIN
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_claim_v2: now must not be null' USING ERRCODE = '22023';
-    END IF;
-    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
-        RAISE EXCEPTION 'log_timers_claim_v2: lease_ms must be at least 1 (got %)', p_lease_ms
-            USING ERRCODE = '22023';
-    END IF;
-    IF p_max_rows IS NULL OR p_max_rows < 1 THEN
-        RETURN;
-    END IF;
-    IF NOT queen.switch_enabled_v1('timers_fire_enabled', true)
-       OR queen.switch_enabled_v1('maintenance_mode', false) THEN
-        RETURN;
-    END IF;
-
-    -- In bigint: 2 * max_rows overflows int past 2^30.
-    v_per := CASE WHEN p_per_tenant IS NULL OR p_per_tenant < 1 OR p_per_tenant >= p_max_rows
-                  THEN p_max_rows ELSE p_per_tenant END;
-    v_pool_cap := least(CASE WHEN v_per >= p_max_rows THEN p_max_rows::bigint
-                             ELSE 2::bigint * p_max_rows END, 2147483647)::int;
-    v_all := p_shards IS NULL
-             OR (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s WHERE s BETWEEN 0 AND 63) = 64;
-    IF v_skip AND (coalesce(cardinality(p_skip_tenants), 0) <> cardinality(p_skip_partitions)
-                   OR coalesce(cardinality(p_skip_queues), 0) <> cardinality(p_skip_partitions)) THEN
-        RAISE EXCEPTION 'log_timers_claim_v2: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
-            coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
-            cardinality(p_skip_partitions) USING ERRCODE = '22023';
-    END IF;
-
-    RETURN QUERY
-    WITH pool AS MATERIALIZED (
-        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.due_at AS cv,
-               octet_length(t.payload)::bigint AS cb
-          FROM queen.log_timers t
-         WHERE t.due_at <= p_now
-           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
-           AND (v_all OR t.shard = ANY (p_shards))
-           AND (NOT v_skip OR NOT EXISTS (
-                   SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
-                    WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
-         ORDER BY t.due_at
-         LIMIT v_pool_cap
-           FOR UPDATE SKIP LOCKED
-    ), ranked AS (
-        SELECT p.tid, p.ct, p.cq, p.ck, p.cv, p.cb,
-               row_number() OVER (PARTITION BY p.ct ORDER BY p.cv, p.cq COLLATE "C", p.ck COLLATE "C") AS rn
-          FROM pool p
-    ), ordered AS (
-        SELECT r.tid, r.ct, r.cq, r.ck, r.cv,
-               row_number() OVER w AS pos,
-               sum(r.cb) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cum
-          FROM ranked r
-        WINDOW w AS (ORDER BY (r.rn - 1) / v_per, r.cv, r.ct, r.cq COLLATE "C", r.ck COLLATE "C")
-    ), chosen AS (
-        SELECT o.tid, o.ct, o.cq, o.ck, o.cv
-          FROM ordered o
-         WHERE o.pos <= p_max_rows AND (o.pos = 1 OR v_bytes IS NULL OR o.cum <= v_bytes)
-    ), claimed AS (
-        UPDATE queen.log_timers AS t
-           SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
-               claimed_until = p_now + p_lease_ms * interval '1 millisecond',
-               claim_due = t.due_at,  -- due_at stays where it was: no indexed column changes
-               updated_at = p_now
-         -- By the row's address (a TID scan): the row is locked by this statement, so its
-         -- address cannot change under us, and the planner can never turn this into a
-         -- join over the whole table (a hash join over a sequential scan, seen at 2,000
-         -- rows). The keys are matched again below.
-         WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
-        RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
-                  t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
-                  t.attempts
-    )
-    SELECT x.tenant_id, x.queue::text, x.timer_key::text, x.partition::text, x.txn, x.message_id,
-           x.payload, x.payload_zstd, x.encrypted, x.producer_sub, x.claim_token,
-           queen.epoch_ms_v1(x.deliver_at),
-           floor(extract(epoch FROM (p_now - x.deliver_at)) * 1000)::bigint,
-           x.attempts
-      FROM claimed x
-      JOIN chosen c ON c.ct = x.tenant_id AND c.cq = x.queue AND c.ck = x.timer_key
-     ORDER BY c.cv, x.tenant_id, x.queue, x.timer_key;
-END
-$fn$;
-
--- queen.log_timers_claim_v1(shards int2[], now, lease_ms int, max_rows int, per_tenant int)
---   -> the table of log_timers_claim_v2
--- The claim of schema versions 1-4, kept for sweepers of those versions during a rolling
--- upgrade: log_timers_claim_v2 without a byte budget, each row with a fresh token of its own.
--- Locks: those of log_timers_claim_v2.
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_v1(
-    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int)
-RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
-               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
-               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
-               attempts int)
-LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
-AS $fn$
-    SELECT * FROM queen.log_timers_claim_v2(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant, NULL, NULL,
-                                            NULL, NULL, NULL)
-$fn$;
-
--- ---------------------------------------------------------------------------------------
--- 3a. the floor: the probe and the claim under a held snapshot (schema version 7)
--- ---------------------------------------------------------------------------------------
--- (Schema version 9: the walks below read the due index, due_at, and a claim no longer moves
--- an entry; read visible_at as due_at. See "The due index" at the top.)
--- A row the fire deleted, and the entry a claim moved away from, stay in the (visible_at)
--- index until a vacuum may remove them, and no vacuum may while any snapshot older than
+-- A row the fire deleted stays in the due index (due_at) until a vacuum may remove them, and no vacuum may while any snapshot older than
 -- them is open (a report, a pg_dump, a session idle in transaction, a standby's
 -- hot_standby_feedback). They sit at the index's head, where the drain works: a walk from
 -- the head passes every one of them, a cost that grows for as long as the snapshot is
@@ -1133,7 +910,7 @@ $fn$;
 --
 --   floor' = least(h, t0 - slack)
 --
--- h: the earliest visible_at of a live row at or after the floor, as a plain read sees it
+-- h: the earliest due_at of a live row at or after the floor, as a plain read sees it
 -- (a row another claim has locked is seen where it was, so a claim that rolls back leaves
 -- its rows in front of the floor, never behind); t0: the caller's now (its transaction's
 -- start: every transaction committed before it is in the read's snapshot); slack:
@@ -1146,7 +923,17 @@ $fn$;
 -- probe, a new server after a failover).
 
 -- queen.log_timers_due_v2(shards int2[], now, cap int, floor timestamptz, horizon_ms int)
---   -> jsonb: the answer of log_timers_due_v1, and
+--   -> jsonb {"now", "nowMs", "nextInMs", "beyond", "due", "dueCapped", "lateMs", "floor",
+--             "floorMs", "tenants", "fireEnabled", "maintenance", "scheduleEnabled"}
+--      "nextInMs": ms from now until the next instant something may come due over the given
+--                  shards (null shards = all 64), rounded up, 0 when it has passed, null when
+--                  nothing is found: the earlier of the first row in nobody's hands and the
+--                  earliest lease end of the rows in flight in front of it (a row in flight
+--                  is passed by its lease);
+--      "due": rows in nobody's hands with due_at <= now, counted up to cap (null cap = 2000);
+--      "dueCapped": more than cap exist; "lateMs": now - the earliest of them (0 when none);
+--      "fireEnabled" = timers_fire_enabled AND NOT maintenance_mode; "maintenance",
+--      "scheduleEnabled": the switches;
 --      "floor", "floorMs": the floor the next probe and claim start from (only with every
 --                          shard; with a subset, the floor given back unchanged);
 --      "beyond": true when horizon_ms bounded the search for the next row and none was
@@ -1157,12 +944,8 @@ $fn$;
 --                 due row (the oldest-first pool serves it): whose due rows are not at the
 --                 (visible_at) index's head, for the claim to take its share of them
 --                 (log_timers_claim_v4). A single tenant's backlog names none.
--- Schema version 9: the rows in flight are passed by their lease; the next instant is the
--- earlier of the first row in nobody's hands and the earliest lease end in front of it.
--- The walks start at the floor. The search for the next row stops at now + horizon_ms
--- (null: no bound): past now lay the entries of fired claims until version 9 (a claim
--- moved its rows to now + lease), and a walk through a whole lease of them costs what the
--- floor saves.
+-- The walks start at the floor (null: the index's head). The search for the next row stops
+-- at now + horizon_ms (null: no bound).
 -- Read-only. Locks: none. Refused with 22023: null now.
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v2(p_shards int2[], p_now timestamptz, p_cap int,
                                                    p_floor timestamptz, p_horizon_ms int)
@@ -1171,7 +954,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
--- Planned once per session (schema version 11), as the claim (log_timers_claim_v4): every
+-- Planned once per session, as the claim (log_timers_claim_v4): every
 -- statement here walks the due index by range, and the probe runs once a cycle on every
 -- broker, idle or not.
 SET plan_cache_mode = force_generic_plan
@@ -1296,7 +1079,7 @@ $fn$;
 -- queen.log_timers_below_floor_v1(floor timestamptz) -> bigint or null
 -- The due_at (Unix ms, rounded down) of the earliest row behind the given floor, or
 -- null when there is none: the walk from the index's head that finds a slow transaction's
--- row (see 3a). It passes every dead entry behind the floor, so the sweeper runs it on a
+-- row (see section 2). It passes every dead entry behind the floor, so the sweeper runs it on a
 -- clock of its own, never on the drain's path, and lowers its floor to what it finds.
 -- Read-only. Locks: none. Null floor: null.
 CREATE OR REPLACE FUNCTION queen.log_timers_below_floor_v1(p_floor timestamptz)
@@ -1313,8 +1096,8 @@ AS $fn$
      LIMIT 1
 $fn$;
 
--- queen.log_timers_take_turn_v1() -> boolean: the claim turn (schema version 13; "The
--- turn" in log_timers_claim_v4's header): the one row of queen.log_timers_claim_turn
+-- queen.log_timers_take_turn_v1() -> boolean: the claim turn ("The turn" in
+-- log_timers_claim_v4's header): the one row of queen.log_timers_claim_turn
 -- locked FOR UPDATE for the caller's transaction, waited for under a 50 ms lock_timeout
 -- (PostgreSQL applies it to each of a row lock's two waits, for a place in the row's queue
 -- and then for its holder: 100 ms at the very worst). True when had;
@@ -1347,75 +1130,75 @@ $fn$;
 --                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
 --                           skip_queues text[], skip_partitions text[], floor timestamptz,
 --                           tenants uuid[])
---   -> the table of log_timers_claim_v2, floor_ms bigint (the same on every row): the
---      floor the next call starts from (see 3a; the floor given when shards is a subset),
---      and row_tid tid: the address of the row version this claim wrote (schema version 8),
---      which the fire passes back (log_timers_fire_v2) to find the row without a descent
---      of the primary key. An address is only a hint: the fire checks every row it finds
---      there (tenant, queue, key, token, live claim, partition), and a row that has moved
---      since (a reschedule after a lapsed lease, another claim, a vacuum reusing the slot)
---      is not there and is found by its key instead.
--- (log_timers_claim_v3, schema version 7, is the same claim without row_tid.)
--- log_timers_claim_v2 from a floor, with a share per tenant that does not depend on where
--- a tenant's rows sit in the due index (schema version 9: due_at where visible_at is
--- written below, log_timers_tenant_due_at_idx for log_timers_tenant_due_idx, and a row in
--- flight passed by its lease where claim_token IS NULL was the share's filter):
--- * the floor: a plain read finds the earliest live row at or after the given floor (h),
---   and the walks start at least(h, clock - slack), past the dead entries behind it;
--- * the pool: the oldest due rows (max_rows of them, FOR UPDATE SKIP LOCKED; not the
---   2 * max_rows of log_timers_claim_v2: a tenant behind a backlog is reached by its name,
---   not by a wider pool, and every row locked and not claimed is a lock taken for nothing
---   and skipped by the other brokers), and, for each tenant named in tenants (at most 64;
---   the probe's "tenants"), its own oldest due rows in nobody's hands, up to per_tenant, by
---   the (tenant_id, visible_at) index (log_timers_tenant_due_idx), FOR UPDATE SKIP LOCKED.
---   The share is written as one range of that index, (tenant, floor) <= (tenant_id,
---   visible_at) <= (tenant, now) in row comparisons, ordered by (tenant_id, visible_at),
---   not as tenant_id = tenant: with the equality the order is visible_at's alone, and the
---   planner may walk the (visible_at) index filtering on the tenant, which goes through the
---   whole of another tenant's backlog first (measured 2026-12-01: 333 ms behind 1M rows,
---   3.8 s behind 10M, tests/bench/load --phases tenants);
--- * the choice: when the whole pool fits (max_rows and the byte budget), all of it, with
---   no choice to compute (the common case: one sort fewer, no window); otherwise as in
---   log_timers_claim_v2: per_tenant rows per tenant, round
---   by round, oldest first within each round; within a tenant always oldest first (by
---   visible_at, then deliver_at: timers written at once with a deliverAt in the past share
---   the visible_at of their write, and go by their deliverAt). So a
---   tenant with a handful of due rows behind another tenant's backlog gets its share in
---   the first claim that names it, whatever that backlog's size.
--- Everything else (the byte budget, the skip list, the claim id, the lease, the refusals,
--- the switches) is log_timers_claim_v2's.
--- Plans (schema version 11): generic, made once per session, as the fire's (003). plpgsql
--- had kept a custom plan for the claim's statement and planned it afresh on every call:
--- 1.7 ms a claim with one broker, 2.1-2.7 ms with four (pg_stat_statements.track_planning,
--- tests/bench/README.md "Ninth pass"), and a custom plan estimates its ranges of the due
--- index by reading the index's live ends, past the rows in flight and the dead entries at
--- its head. Every statement walks one of the two due indexes by range (enable_seqscan
--- off), which a generic plan keeps. Incremental sorts are off: without the values of its
--- range, a generic plan otherwise takes a tenant's share through the primary key (its
--- tenant_id prefix) and sorts by due_at every row the tenant has
--- (tests/sql/test_floor.py asserts the share's index).
--- The turn (schema version 13): before its walk, the claim locks the one row of
--- queen.log_timers_claim_turn FOR UPDATE, waiting for it under a 50 ms lock_timeout
--- (log_timers_take_turn_v1: 100 ms at the very worst), and keeps it until
--- its transaction ends. Claims sent at the same moment by several brokers (or by one
--- broker's claim ahead) then walk the due index one after the other: each one's snapshot is
+--   -> table(tenant_id uuid, queue text, timer_key text, partition text, txn text,
+--            message_id uuid, payload bytea, payload_zstd bool, encrypted bool,
+--            producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
+--            attempts int, floor_ms bigint, row_tid tid)
+-- Takes due rows (due_at <= now and in nobody's hands), oldest first, and puts them in the
+-- caller's hands for lease_ms:
+-- * the floor: a plain read finds the earliest live row at or after the given floor (h);
+--   the walks start at least(h, now - slack) (see above; a floor given with a subset of
+--   shards is kept as it is). floor_ms (the same on every row) is the floor the next call
+--   starts from;
+-- * the pool: the oldest due rows in one walk of the due index, up to max_rows, FOR UPDATE
+--   SKIP LOCKED, and, for each tenant named in tenants (at most 64; the probe's "tenants"),
+--   its own oldest due rows in nobody's hands, up to per_tenant, by
+--   log_timers_tenant_due_at_idx, FOR UPDATE SKIP LOCKED. A tenant's share is written as
+--   one range of that index, (tenant, floor) <= (tenant_id, due_at) <= (tenant, now) in row
+--   comparisons ordered by (tenant_id, due_at), not as tenant_id = tenant: with the
+--   equality the planner may walk the due index filtering on the tenant, through the whole
+--   of another tenant's backlog first (measured 2026-12-01: 333 ms behind 1M rows, 3.8 s
+--   behind 10M, tests/bench/load --phases tenants). shards: null = every shard (the
+--   sweeper's case); a non-null array is a filter on the walk, not an order;
+-- * the choice: when the whole pool fits max_rows and the byte budget, all of it;
+--   otherwise per_tenant rows per tenant (null, < 1 or >= max_rows: no share), round by
+--   round, oldest first within each round (by due_at, then deliver_at: timers written at
+--   once with a deliverAt in the past share a due_at and go by their deliverAt), up to
+--   max_rows rows and, in the same order, max_bytes of payload (octet_length, read from the
+--   row's header: a TOASTed payload is not fetched to be measured; the first row is always
+--   taken, each later one while the running sum stays within max_bytes; null or < 1: no
+--   byte budget). Pool rows not chosen stay locked until the caller's transaction ends;
+-- * skip_*: (tenant, queue, partition) triples, element by element, whose rows the walks
+--   pass over (null or empty: none): the partitions someone else holds right now (a push,
+--   another broker's fire), whose claimed rows the caller is already keeping;
+-- * the claim: every chosen row gets claim_token = claim_id (unique, a random v4 uuid: what
+--   the fire and the release match, and what log_timers_release_claims_v2 names when the
+--   answer was lost) or, with a null claim_id, a fresh token of its own; claimed_until =
+--   now + lease_ms (one instant for the whole claim); claim_due = its due_at (the row stays
+--   where it waits: the UPDATE changes no indexed column, heap-only). Rows come back in
+--   their due_at order; late_ms = now - deliver_at; row_tid is the address of the row
+--   version this claim wrote, which the fire takes back (log_timers_fire_v2) to find the
+--   row without a descent of the primary key (a hint only: the fire checks what it finds
+--   there, and goes by key when the row has moved).
+-- Returns nothing when max_rows is null or < 1, timers_fire_enabled is false or
+-- maintenance_mode is true. Refused with 22023: null now, lease_ms < 1, skip arrays of
+-- different lengths.
+-- Plans: generic, made once per session, as the fire's (003): a custom plan was made afresh
+-- on every call (1.7 ms a claim with one broker, 2.1-2.7 ms with four;
+-- pg_stat_statements.track_planning, tests/bench/README.md "Ninth pass"), estimating its
+-- ranges by reading the index's live ends past the rows in flight and the dead entries at
+-- its head. Every statement walks one of the two due indexes by range (enable_seqscan off),
+-- which a generic plan keeps. Incremental sorts are off: without the values of its range, a
+-- generic plan otherwise takes a tenant's share through the primary key (its tenant_id
+-- prefix) and sorts every row the tenant has by due_at (tests/sql/test_floor.py asserts the
+-- share's index).
+-- The turn: before its walk, the claim locks the one row of queen.log_timers_claim_turn
+-- FOR UPDATE, waiting for it under a 50 ms lock_timeout (log_timers_take_turn_v1: 100 ms at
+-- the very worst), and keeps it until its transaction ends. Claims sent at the same moment
+-- by several brokers then walk the due index one after the other: each one's snapshot is
 -- taken once the claim before it has committed, so it passes that claim's rows by their
 -- lease, a filter on a page already read. Without the turn they walked through each
 -- other's rows: a row another claim was locking cost a lock attempt to be skipped, and a
--- row another claim committed during the walk was followed to its new version, LOCKED
--- there (READ COMMITTED's FOR UPDATE locks the latest version before it re-checks it) and
--- only then dropped, its lock (a WAL record) held until this claim's commit, where it
--- stopped the owner's fire (lock_timeout 1 ms) from deleting the row. Four sweepers on one
--- backlog: about 15,800 such locks for 60,000 timers fired, and 8.5 shared-buffer pages per
--- timer in the claim against 6.4 for one sweeper (tests/bench/README.md, "Thirteenth
--- pass"). The wait is bounded: a claim that has not had the turn by then (claims
--- queued before it, or a session holding the row) walks without it, as before version 13,
--- and a failed try takes nothing with it (a subtransaction). The turn decides no
--- ownership and no order: every claim still walks from the floor over every shard, and a
--- claim that cannot have it still claims.
--- Locks: the row of queen.log_timers_claim_turn, FOR UPDATE (a bounded wait, above);
--- rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits), as log_timers_claim_v2;
--- the floor's read takes none.
+-- row another claim committed during the walk was followed to its new version and LOCKED
+-- there before being dropped, its lock held until this claim's commit, where it stopped
+-- the owner's fire (lock_timeout 1 ms) from deleting the row. Four sweepers on one backlog:
+-- about 15,800 such locks for 60,000 timers fired, and 8.5 shared-buffer pages per timer in
+-- the claim against 6.4 for one sweeper (tests/bench/README.md, "Thirteenth pass"). A claim
+-- that has not had the turn by then walks without it; a failed try takes nothing with it
+-- (a subtransaction). The turn decides no ownership and no order.
+-- Locks: the row of queen.log_timers_claim_turn, FOR UPDATE (the bounded wait above);
+-- rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); the floor's read takes
+-- none.
 CREATE OR REPLACE FUNCTION queen.log_timers_claim_v4(
     p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
     p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
@@ -1550,7 +1333,7 @@ BEGIN
            SET claim_token = coalesce(p_claim_id, gen_random_uuid()),
                claimed_until = p_now + p_lease_ms * interval '1 millisecond',
                claim_due = t.due_at, updated_at = p_now  -- due_at unchanged: HOT
-         -- By the row's address, as in log_timers_claim_v2.
+         -- By address (a TID scan; locked, so it stays): never a join over the table.
          WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
                   t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
@@ -1567,30 +1350,6 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_claim_v3(<the arguments of log_timers_claim_v4>) -> the table of
---   log_timers_claim_v4 without row_tid, in its order: the claim of schema version 7's
---   sweepers (a rolling upgrade), and of any caller that does not fire by address.
--- Locks: as log_timers_claim_v4.
-CREATE OR REPLACE FUNCTION queen.log_timers_claim_v3(
-    p_shards int2[], p_now timestamptz, p_lease_ms int, p_max_rows int, p_per_tenant int,
-    p_max_bytes bigint, p_claim_id uuid, p_skip_tenants uuid[], p_skip_queues text[],
-    p_skip_partitions text[], p_floor timestamptz, p_tenants uuid[])
-RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn text,
-               message_id uuid, payload bytea, payload_zstd boolean, encrypted boolean,
-               producer_sub text, claim_token uuid, deliver_at_ms bigint, late_ms bigint,
-               attempts int, floor_ms bigint)
-LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-AS $fn$
-    SELECT c.tenant_id, c.queue, c.timer_key, c.partition, c.txn, c.message_id, c.payload,
-           c.payload_zstd, c.encrypted, c.producer_sub, c.claim_token, c.deliver_at_ms,
-           c.late_ms, c.attempts, c.floor_ms
-      FROM queen.log_timers_claim_v4(p_shards, p_now, p_lease_ms, p_max_rows, p_per_tenant,
-                                     p_max_bytes, p_claim_id, p_skip_tenants, p_skip_queues,
-                                     p_skip_partitions, p_floor, p_tenants) AS c
-$fn$;
-
 
 -- ---------------------------------------------------------------------------------------
 -- 4. fire
@@ -1602,21 +1361,26 @@ $fn$;
 -- 5. fail
 -- ---------------------------------------------------------------------------------------
 
--- queen.log_timers_fail_v1(tenants uuid[], queues text[], keys text[], tokens uuid[],
+-- queen.log_timers_fail_v2(tenants uuid[], queues text[], keys text[], tokens uuid[],
 --     error text, class text, now timestamptz, backoff_min_ms int, backoff_max_ms int,
 --     transient_backoff_ms int, max_attempts int) -> jsonb
---   {"released": n, "exhausted": [{"tenant", "queue", "key", "attempts"}, ...]}
+--   {"released": n, "exhausted": [{"tenant", "queue", "key", "attempts"}, ...], "moved": n}
 -- For each named row whose claim_token matches: the token is nulled, last_error set
 -- (truncated to 4000 characters), and claimed_until pushed out as backoff:
 --   transient          -> now + transient_backoff_ms (default 1000), attempts unchanged;
 --   config | permanent -> attempts + 1, now + least(backoff_max_ms, backoff_min_ms *
 --                         2^(attempts before this failure)) (defaults 1000 / 60000).
 -- exhausted lists the config/permanent failures whose attempts reached max_attempts
--- (default 5). log_timers_fail_v2 (the sweeper's call) moves them to the DLQ in the same
--- transaction; a caller of this one would move them with log_timers_dlq_v1, in another.
+-- (default 5); they are moved to queen.log_dlq in this same transaction
+-- (log_timers_dlq_v1), moved = rows moved (every exhausted row). The rows the failure
+-- updates stay locked by it until the move, so exhaustion and dead-lettering are one
+-- decision: a host that reschedules, replaces, cancels or re-creates the timer meanwhile
+-- waits for this call and then finds it gone (absent), instead of being told "rescheduled"
+-- about a timer that is then dead-lettered with its new payload.
 -- Refused with 22023: unknown class, arrays of different lengths, null now.
--- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
-CREATE OR REPLACE FUNCTION queen.log_timers_fail_v1(
+-- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); then new log_dlq
+-- rows.
+CREATE OR REPLACE FUNCTION queen.log_timers_fail_v2(
     p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[], p_error text,
     p_class text, p_now timestamptz, p_backoff_min_ms int, p_backoff_max_ms int,
     p_transient_backoff_ms int, p_max_attempts int)
@@ -1633,23 +1397,27 @@ DECLARE
     v_tr         double precision := greatest(coalesce(p_transient_backoff_ms, 1000), 0);
     v_max_att    int := coalesce(p_max_attempts, 5);
     v_result     jsonb;
+    v_moved      jsonb := jsonb_build_object('moved', 0);
+    v_t          uuid[];
+    v_q          text[];
+    v_k          text[];
 BEGIN
     IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_fail_v1: now must not be null' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'log_timers_fail_v2: now must not be null' USING ERRCODE = '22023';
     END IF;
     IF p_class IS NULL OR p_class NOT IN ('transient', 'config', 'permanent') THEN
-        RAISE EXCEPTION 'log_timers_fail_v1: class must be transient, config or permanent (got %)',
+        RAISE EXCEPTION 'log_timers_fail_v2: class must be transient, config or permanent (got %)',
             coalesce(p_class, 'null') USING ERRCODE = '22023';
     END IF;
     IF coalesce(cardinality(p_queues), 0) <> v_n OR coalesce(cardinality(p_keys), 0) <> v_n
        OR coalesce(cardinality(p_tokens), 0) <> v_n THEN
-        RAISE EXCEPTION 'log_timers_fail_v1: tenants, queues, keys and tokens must line up (% / % / % / % elements)',
+        RAISE EXCEPTION 'log_timers_fail_v2: tenants, queues, keys and tokens must line up (% / % / % / % elements)',
             v_n, coalesce(cardinality(p_queues), 0), coalesce(cardinality(p_keys), 0),
             coalesce(cardinality(p_tokens), 0) USING ERRCODE = '22023';
     END IF;
     v_transient := p_class = 'transient';
     IF v_n = 0 THEN
-        RETURN jsonb_build_object('released', 0, 'exhausted', '[]'::jsonb);
+        RETURN jsonb_build_object('released', 0, 'exhausted', '[]'::jsonb, 'moved', 0);
     END IF;
 
     WITH held AS (
@@ -1685,7 +1453,15 @@ BEGIN
                                      '[]'::jsonb))
       INTO v_result
       FROM upd;
-    RETURN v_result;
+    IF jsonb_array_length(v_result -> 'exhausted') > 0 THEN
+        SELECT array_agg((e ->> 'tenant')::uuid), array_agg(e ->> 'queue'), array_agg(e ->> 'key')
+          INTO v_t, v_q, v_k
+          FROM jsonb_array_elements(v_result -> 'exhausted') AS e;
+        -- The rows are locked by the UPDATE above (this transaction), so nobody changed
+        -- them since; SKIP LOCKED does not skip a transaction's own locks.
+        v_moved := queen.log_timers_dlq_v1(v_t, v_q, v_k, p_now);
+    END IF;
+    RETURN v_result || v_moved;
 END
 $fn$;
 
@@ -1701,10 +1477,8 @@ $fn$;
 -- timer_key, attempts kept), then deletes them. A row that is in somebody's hands, or
 -- locked by anyone, is left alone, and so is a row with attempts = 0: a timer the host
 -- rescheduled, replaced or re-created since it last failed starts again at 0 attempts and
--- is never dead-lettered for what its old version did. The sweeper no longer calls this
--- after log_timers_fail_v1 (a host could act on the row between the two transactions):
--- it calls log_timers_fail_v2, which decides and moves in one. Kept for callers of
--- schema versions 1-4 and for operators.
+-- is never dead-lettered for what its old version did. log_timers_fail_v2 calls it for
+-- the rows it exhausts, in its own transaction; an operator may call it directly.
 -- Refused with 22023: arrays of different lengths, null now.
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits); new log_dlq rows.
 CREATE OR REPLACE FUNCTION queen.log_timers_dlq_v1(
@@ -1757,46 +1531,6 @@ BEGIN
     )
     SELECT count(*) INTO v_moved FROM ins;
     RETURN jsonb_build_object('moved', v_moved);
-END
-$fn$;
-
--- queen.log_timers_fail_v2(<the arguments of log_timers_fail_v1>) -> jsonb
---   {"released": n, "exhausted": [{"tenant", "queue", "key", "attempts"}, ...], "moved": n}
--- log_timers_fail_v1 and the move of what it exhausted to queen.log_dlq
--- (log_timers_dlq_v1), in ONE transaction: the rows the failure updates stay locked by it
--- until the move, so exhaustion and dead-lettering are one decision. A host that
--- reschedules, replaces, cancels or re-creates the timer meanwhile waits for this call and
--- then finds it gone (absent), instead of being told "rescheduled" about a timer that is
--- then dead-lettered with its new payload. moved = rows moved (every exhausted row).
--- Refused with 22023 as log_timers_fail_v1.
--- Locks: those of log_timers_fail_v1, then new log_dlq rows.
-CREATE OR REPLACE FUNCTION queen.log_timers_fail_v2(
-    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[], p_error text,
-    p_class text, p_now timestamptz, p_backoff_min_ms int, p_backoff_max_ms int,
-    p_transient_backoff_ms int, p_max_attempts int)
-RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-AS $fn$
-DECLARE
-    v_fail  jsonb;
-    v_moved jsonb := jsonb_build_object('moved', 0);
-    v_t     uuid[];
-    v_q     text[];
-    v_k     text[];
-BEGIN
-    v_fail := queen.log_timers_fail_v1(p_tenants, p_queues, p_keys, p_tokens, p_error, p_class,
-        p_now, p_backoff_min_ms, p_backoff_max_ms, p_transient_backoff_ms, p_max_attempts);
-    IF jsonb_array_length(v_fail -> 'exhausted') > 0 THEN
-        SELECT array_agg((e ->> 'tenant')::uuid), array_agg(e ->> 'queue'), array_agg(e ->> 'key')
-          INTO v_t, v_q, v_k
-          FROM jsonb_array_elements(v_fail -> 'exhausted') AS e;
-        -- The rows are locked by the UPDATE above (this transaction), so nobody changed
-        -- them since; SKIP LOCKED does not skip a transaction's own locks.
-        v_moved := queen.log_timers_dlq_v1(v_t, v_q, v_k, p_now);
-    END IF;
-    RETURN v_fail || v_moved;
 END
 $fn$;
 
@@ -1855,30 +1589,15 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_release_v1(tenants uuid[], queues text[], keys text[], tokens uuid[]) -> int
--- The hand-back of schema versions 1-6, for their sweepers in a rolling upgrade:
--- log_timers_release_v2 without a now, so claimed_until is nulled (a due row goes back to
--- visible_at = deliver_at, which may be behind a newer sweeper's floor: its walk from the
--- head finds it, log_timers_below_floor_v1). Locks: those of log_timers_release_v2.
-CREATE OR REPLACE FUNCTION queen.log_timers_release_v1(
-    p_tenants uuid[], p_queues text[], p_keys text[], p_tokens uuid[])
-RETURNS int
-LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-AS $fn$
-    SELECT queen.log_timers_release_v2(p_tenants, p_queues, p_keys, p_tokens, NULL)
-$fn$;
-
 -- queen.log_timers_release_claims_v2(claims uuid[], lease_from timestamptz,
 --                                     lease_to timestamptz, now timestamptz) -> int
 -- Hands back every row still held under one of the given claim ids (claim_token = the
--- claim_id given to log_timers_claim_v2) whose lease ends between lease_from and lease_to:
+-- claim_id given to log_timers_claim_v4) whose lease ends between lease_from and lease_to:
 -- claim_token nulled and claimed_until set, no attempt spent, as log_timers_release_v2. For a
 -- caller whose claim's answer was lost (the connection died after the claim committed):
 -- it never saw the rows, but it knows the claim ids it sent and, within its clock's
 -- uncertainty, when their lease ends (a claim's rows all have claimed_until = its now +
--- lease_ms; since schema version 9 they wait at the due_at they were claimed at, so the
+-- lease_ms; they wait at the due_at they were claimed at, so the
 -- walk is the due index from its head to the window's end). A claim that
 -- never committed has no rows. Returns the number released.
 -- Refused with 22023: a null or inverted window, or one over 10 minutes (a bounded walk).
@@ -1905,7 +1624,7 @@ BEGIN
     WITH held AS (
         SELECT t.ctid AS tid
           FROM queen.log_timers t
-         -- A claim's rows wait at the due_at they had when claimed (schema version 9),
+         -- A claim's rows wait at the due_at they had when claimed,
          -- at or before the claim's now, so at or before the window's end: a walk of the
          -- due index from its head to there, checking each row's lease (claim_token, and
          -- claimed_until in the window). Rows claimed under version 8 or earlier wait at
@@ -1924,19 +1643,6 @@ BEGIN
     SELECT count(*) INTO v_released FROM upd;
     RETURN v_released;
 END
-$fn$;
-
--- queen.log_timers_release_claims_v1(claims uuid[], lease_from, lease_to) -> int
--- log_timers_release_claims_v2 without a now (schema version 6's sweepers): claimed_until
--- nulled, as log_timers_release_v1. Locks: those of log_timers_release_claims_v2.
-CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v1(
-    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz)
-RETURNS int
-LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-AS $fn$
-    SELECT queen.log_timers_release_claims_v2(p_claims, p_lease_from, p_lease_to, NULL)
 $fn$;
 
 -- queen.log_timers_in_doubt_v1(seg int[], tenants uuid[], queues text[], hashes bytea[],

@@ -1,4 +1,4 @@
--- 003_fire.sql: the fire (queen.log_timers_fire_v2, and _v1 without addresses): claimed
+-- 003_fire.sql: the fire (queen.log_timers_fire_v2): claimed
 -- timers appended to the log as segments, with the per-queue dedup window applied, and
 -- their rows deleted or released.
 --
@@ -86,7 +86,7 @@ DECLARE
     v_full      boolean := p_full IS DISTINCT FROM false;
 BEGIN
     IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_fire_v1: now must not be null' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'log_timers_fire_v2: now must not be null' USING ERRCODE = '22023';
     END IF;
 
     -- The arrays must line up.
@@ -95,20 +95,20 @@ BEGIN
        OR coalesce(cardinality(p_seg_counts), 0) <> v_nseg
        OR coalesce(cardinality(p_seg_hashes), 0) <> v_nseg
        OR coalesce(cardinality(p_seg_blobs), 0) <> v_nseg THEN
-        RAISE EXCEPTION 'log_timers_fire_v1: segment arrays must line up: seg_tenants %, seg_queues %, seg_partitions %, seg_counts %, seg_hashes %, seg_blobs % elements',
+        RAISE EXCEPTION 'log_timers_fire_v2: segment arrays must line up: seg_tenants %, seg_queues %, seg_partitions %, seg_counts %, seg_hashes %, seg_blobs % elements',
             v_nseg, coalesce(cardinality(p_seg_queues), 0), coalesce(cardinality(p_seg_partitions), 0),
             coalesce(cardinality(p_seg_counts), 0), coalesce(cardinality(p_seg_hashes), 0),
             coalesce(cardinality(p_seg_blobs), 0) USING ERRCODE = '22023';
     END IF;
     IF coalesce(cardinality(p_timer_seg), 0) <> v_nt
        OR coalesce(cardinality(p_timer_tokens), 0) <> v_nt THEN
-        RAISE EXCEPTION 'log_timers_fire_v1: timer arrays must line up: timer_keys %, timer_seg %, timer_tokens % elements',
+        RAISE EXCEPTION 'log_timers_fire_v2: timer arrays must line up: timer_keys %, timer_seg %, timer_tokens % elements',
             v_nt, coalesce(cardinality(p_timer_seg), 0), coalesce(cardinality(p_timer_tokens), 0)
             USING ERRCODE = '22023';
     END IF;
     IF v_nseg = 0 THEN
         IF v_nt > 0 THEN
-            RAISE EXCEPTION 'log_timers_fire_v1: timer_seg names segments but seg_counts is empty'
+            RAISE EXCEPTION 'log_timers_fire_v2: timer_seg names segments but seg_counts is empty'
                 USING ERRCODE = '22023';
         END IF;
         RETURN;
@@ -167,19 +167,19 @@ BEGIN
         v_i := v_badseg;
         IF p_seg_tenants[v_i] IS NULL OR p_seg_queues[v_i] IS NULL OR p_seg_partitions[v_i] IS NULL
            OR p_seg_counts[v_i] IS NULL OR p_seg_hashes[v_i] IS NULL OR p_seg_blobs[v_i] IS NULL THEN
-            RAISE EXCEPTION 'log_timers_fire_v1: segment % has a null element in seg_tenants, seg_queues, seg_partitions, seg_counts, seg_hashes or seg_blobs',
+            RAISE EXCEPTION 'log_timers_fire_v2: segment % has a null element in seg_tenants, seg_queues, seg_partitions, seg_counts, seg_hashes or seg_blobs',
                 v_i USING ERRCODE = '22023';
         END IF;
         IF p_seg_queues[v_i] = '' OR p_seg_partitions[v_i] = '' THEN
-            RAISE EXCEPTION 'log_timers_fire_v1: seg_queues[%] and seg_partitions[%] must not be empty',
+            RAISE EXCEPTION 'log_timers_fire_v2: seg_queues[%] and seg_partitions[%] must not be empty',
                 v_i, v_i USING ERRCODE = '22023';
         END IF;
         IF p_seg_counts[v_i] < 1 THEN
-            RAISE EXCEPTION 'log_timers_fire_v1: seg_counts[%] = % (must be at least 1)',
+            RAISE EXCEPTION 'log_timers_fire_v2: seg_counts[%] = % (must be at least 1)',
                 v_i, p_seg_counts[v_i] USING ERRCODE = '22023';
         END IF;
         IF octet_length(p_seg_hashes[v_i]) <> 16 * p_seg_counts[v_i] THEN
-            RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] is % bytes, expected 16 * seg_counts[%] = %',
+            RAISE EXCEPTION 'log_timers_fire_v2: seg_hashes[%] is % bytes, expected 16 * seg_counts[%] = %',
                 v_i, octet_length(p_seg_hashes[v_i]), v_i, 16 * p_seg_counts[v_i]
                 USING ERRCODE = '22023';
         END IF;
@@ -190,20 +190,20 @@ BEGIN
          WHERE h.n > 1
          GROUP BY h.hash
          LIMIT 1;
-        RAISE EXCEPTION 'log_timers_fire_v1: seg_hashes[%] repeats one transaction hash at frames % and %; timers sharing a txn go in different segments',
+        RAISE EXCEPTION 'log_timers_fire_v2: seg_hashes[%] repeats one transaction hash at frames % and %; timers sharing a txn go in different segments',
             v_i, v_bad.a, v_bad.b USING ERRCODE = '22023';
     END IF;
 
     IF v_badtimer IS NOT NULL THEN
-        RAISE EXCEPTION 'log_timers_fire_v1: timer % is invalid: timer_seg[%] = % (must be 1..%), and timer_keys/timer_tokens must not be null',
+        RAISE EXCEPTION 'log_timers_fire_v2: timer % is invalid: timer_seg[%] = % (must be 1..%), and timer_keys/timer_tokens must not be null',
             v_badtimer[1], v_badtimer[1], v_badtimer[2], v_nseg USING ERRCODE = '22023';
     END IF;
     IF v_badcount IS NOT NULL THEN
-        RAISE EXCEPTION 'log_timers_fire_v1: timer_seg gives segment % % timers but seg_counts[%] = %',
+        RAISE EXCEPTION 'log_timers_fire_v2: timer_seg gives segment % % timers but seg_counts[%] = %',
             v_badcount[1], v_badcount[2], v_badcount[1], p_seg_counts[v_badcount[1]] USING ERRCODE = '22023';
     END IF;
     IF v_twice IS NOT NULL THEN
-        RAISE EXCEPTION 'log_timers_fire_v1: timer_keys[%] names the same timer as timer_keys[%]',
+        RAISE EXCEPTION 'log_timers_fire_v2: timer_keys[%] names the same timer as timer_keys[%]',
             v_twice[1], v_twice[2] USING ERRCODE = '22023';
     END IF;
 END
@@ -280,7 +280,7 @@ $fn$;
 -- queen.log_timers_fire_blocked_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], timer_keys text[], timer_seg int[], timer_tokens uuid[], now timestamptz,
 --     held boolean[], held_n int[]) -> boolean[]
--- (schema version 10) Per segment, after log_timers_fire_hold_v1: true when the hold missed
+-- Per segment, after log_timers_fire_hold_v1: true when the hold missed
 -- some of its rows (held_n[i] < seg_counts[i]) and every row it missed is still ours by a
 -- plain read (log_timers_ours_v1 under this statement's snapshot): another transaction
 -- holds a lock on a row that is still the caller's. That is mostly another broker's claim
@@ -530,7 +530,7 @@ BEGIN
         -- on every row, all for nothing. Answered here instead, nothing taken: the rows
         -- stay claimed, and the caller's next call (which waits a little for the
         -- partition) checks, holds and fires them, or finds them stale. Before the check
-        -- of the timers (schema version 12), the call's dearest step after the append:
+        -- of the timers, the call's dearest step after the append:
         -- with four brokers on one partition, nearly half the fire calls were such
         -- answers, each checking every timer of its batch for nothing (tests/bench/
         -- README.md, eleventh pass).
@@ -545,7 +545,7 @@ BEGIN
             p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now,
             false);
         IF array_position(v_last, NULL) IS NOT NULL THEN
-            -- Some held (schema version 10): the segments of the partitions we took are
+            -- Some held: the segments of the partitions we took are
             -- fired this way, the others answered busy with their rows untouched (not
             -- read, not locked, still claimed), as the general way answers them but
             -- without its lock on every row. Before, any held partition sent the whole
@@ -640,7 +640,7 @@ $fn$;
 --     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
 --     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true,
 --     timer_tids tid[] default null) -> jsonb
--- (schema version 8; log_timers_fire_v1 is this without timer_tids.) timer_tids: each
+-- timer_tids: each
 -- timer's address as its claim returned it (log_timers_claim_v4's row_tid), aligned with
 -- timer_keys, or null. Only a hint: with an address for every timer the fast way finds the
 -- rows by a TID scan instead of a descent of the primary key per timer, and judges every
@@ -660,7 +660,7 @@ $fn$;
 -- from seg_counts[i], one timer named twice, a transaction hash repeated inside one
 -- segment (timers sharing a txn go in different segments). With p_wait false and every
 -- segment's partition held by someone else, a call whose segment names and counts are
--- well formed is answered all busy before its timers are checked (schema version 12):
+-- well formed is answered all busy before its timers are checked:
 -- nothing is taken or written, and the call that can fire them refuses what is wrong.
 -- Then: locks the named rows FOR UPDATE SKIP LOCKED and holds those whose claim_token
 -- matches, whose claim is live (claimed_until > now) and whose partition is the segment's;
@@ -743,7 +743,7 @@ DECLARE
     v_blocked boolean[];    -- per segment: rows all still ours, some locked by another transaction
     v_held_n int[];         -- held_n, a blocked segment counted in full (busy, not stale)
 BEGIN
-    -- What the fast way reads before its check (schema version 12): the segments' names and
+    -- What the fast way reads before its check: the segments' names and
     -- counts, one element each, none null or empty, each count at least 1. Anything else,
     -- or no segment at all, goes to the check at once, which refuses it (or, with no
     -- segment, the timers named without one).
@@ -802,23 +802,6 @@ BEGIN
         p_timer_keys, p_timer_seg, p_now, v_hold.held, v_held_n, v_ids.partition_ids,
         v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
 END
-$fn$;
-
--- queen.log_timers_fire_v1(<the first eleven arguments of log_timers_fire_v2>) -> jsonb:
--- log_timers_fire_v2 without addresses (every row found by key), for schema version 7's
--- sweepers during a rolling upgrade and for callers that do not keep them. Locks: as
--- log_timers_fire_v2.
-CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
-    p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
-    p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true)
-RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-AS $fn$
-    SELECT queen.log_timers_fire_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, p_seg_counts,
-        p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens, p_now, p_wait, NULL)
 $fn$;
 
 -- The fast way of schema version 7 (without addresses) is dropped once: nothing calls it

@@ -29,8 +29,8 @@ ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 -- Then, on EVERY pass, including one that deletes nothing: unpruned = dead rows still
 -- present in those shards, counted up to 8 * max_rows (unprunedCapped when more exist),
 -- and lagMs = now - the oldest expiry among them (0 when none). An unpruned table is a
--- failure that looks like health; these two numbers are its alarm. nextExpiryMs (schema
--- version 6) = the nearest expiry still ahead of now in those shards, in ms from now, or
+-- failure that looks like health; these two numbers are its alarm. nextExpiryMs
+-- = the nearest expiry still ahead of now in those shards, in ms from now, or
 -- null when no key there has one: a table of live keys with a ttl is work to come, and the
 -- sweeper keeps the prune's cadence for it instead of backing off as if the table were empty.
 -- Locks: rows of queen.kv, FOR UPDATE SKIP LOCKED (never waits), then deletes them.
@@ -127,7 +127,9 @@ BEGIN
 END
 $fn$;
 
--- queen.kv_usage_step_v1(shards int2[], now timestamptz, max_tenants int) -> jsonb
+-- queen.kv_usage_pass_v1(now timestamptz, max_tenants int) -> jsonb: one pass of the usage
+-- rollup, the step kv_usage_step_v2 runs behind its gate. An internal helper (SECURITY
+-- INVOKER, granted to nobody).
 --   {"tenants": [{"tenant", "kvRows", "kvBytes", "timerRows", "timerBytes",
 --                 "oldestTimerMs", "rowsRatio", "bytesRatio", "stored"}],
 --    "maxQuotaRatio": n, "sampled": bool, "nowMs": n}
@@ -137,11 +139,10 @@ $fn$;
 -- session setting queen.kv_usage_sample_above overrides the threshold) it samples that
 -- table and marks the result sampled: each by TABLESAMPLE SYSTEM, the share of pages that
 -- holds ~200k rows, scaled up by the inverse share (a fresh choice of pages on every pass).
--- shards is kept for the signature and no longer used: until schema version 7
--- queen.log_timers was sampled by 8 of its 64 shards, a filter that still read every page
--- (no index leads with shard), so 10 million timers due next week made every pass a scan
--- of the table and, at the sweeper's first cycle, halved the drain of the due ones
--- (tests/bench/load --phases future, 2026-12-01: 23,019/s without them, 11,479/s with).
+-- Every shard is read: a filter by shard still read every page (no index leads with
+-- shard), so 10 million timers due next week made every pass a scan of the table and, at
+-- the sweeper's first cycle, halved the drain of the due ones (tests/bench/load --phases
+-- future, 2026-12-01: 23,019/s without the filter, 11,479/s with).
 -- Measured 2026-11-30 (tests/soak/README.md, `tests/soak/measure rollup`; 2 cores shared
 -- with six other engineers' builds and tests, load 19-22). Symptom: a full pass reads every
 -- page of queen.kv, since rows that never expire are in no index but the key, so its cost
@@ -159,9 +160,9 @@ $fn$;
 -- computed at a later instant is left alone ("stored": false).
 -- Locks: no row locks on kv or log_timers (plain reads); kv_usage rows (upsert) in
 -- tenant_id order.
-CREATE OR REPLACE FUNCTION queen.kv_usage_step_v1(p_shards int2[], p_now timestamptz, p_max_tenants int)
+CREATE OR REPLACE FUNCTION queen.kv_usage_pass_v1(p_now timestamptz, p_max_tenants int)
 RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
@@ -185,9 +186,9 @@ DECLARE
     v_result       jsonb;
 BEGIN
     IF p_now IS NULL THEN
-        RAISE EXCEPTION 'kv_usage_step_v1: now must not be null' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'kv_usage_step_v2: now must not be null' USING ERRCODE = '22023';
     END IF;
-    PERFORM queen.check_now_v1('kv_usage_step_v1', p_now);
+    PERFORM queen.check_now_v1('kv_usage_step_v2', p_now);
 
     SELECT greatest(coalesce(c.reltuples, 0), 0) INTO v_kv_rows
       FROM pg_class c WHERE c.oid = 'queen.kv'::regclass;
@@ -297,7 +298,7 @@ BEGIN
 END
 $fn$;
 
--- The rollup's fleet gate (schema version 10): when the last pass ran, whoever ran it.
+-- The rollup's fleet gate: when the last pass ran, whoever ran it.
 -- One row, id 1. kv_usage_step_v2 holds it (FOR UPDATE SKIP LOCKED) for the length of a
 -- pass, so two brokers never run the same pass at once.
 CREATE TABLE IF NOT EXISTS queen.kv_usage_gate (
@@ -307,21 +308,21 @@ CREATE TABLE IF NOT EXISTS queen.kv_usage_gate (
 INSERT INTO queen.kv_usage_gate (id, last_at) VALUES (1, NULL) ON CONFLICT (id) DO NOTHING;
 
 -- queen.kv_usage_step_v2(shards int2[], now timestamptz, max_tenants int, every_ms int) -> jsonb
---   the answer of kv_usage_step_v1, with "skipped": null, when the pass ran; else
+--   the answer of kv_usage_pass_v1 (above), with "skipped": null, when the pass ran; else
 --   {"skipped": "recent", "ageMs": n, "nowMs": n}: a pass ran less than every_ms before now
 --   (ageMs ago), by this broker or another; or {"skipped": "running", "nowMs": n}: another
 --   broker's pass holds the gate right now.
 -- The usage rollup reads every page of queen.kv and queen.log_timers (sampled above 1M
 -- rows), and its figures are the database's, not a broker's: one pass per interval serves
--- every broker. Until version 10 each broker ran its own on its own gate, so N brokers
--- read both tables N times per interval (four sweepers ran it four times in a 2 s drain
--- of tests/bench/fire; 120 ms each on a 60,000-row table, 1.4 s on a 1M-row queen.kv).
--- every_ms null or < 1: no gate, a pass now (as kv_usage_step_v1). The pass is
--- kv_usage_step_v1's, in the caller's transaction; the gate row's last_at is set to now
+-- every broker (a gate per broker had N brokers read both tables N times per interval:
+-- four sweepers ran it four times in a 2 s drain of tests/bench/fire; 120 ms each on a
+-- 60,000-row table, 1.4 s on a 1M-row queen.kv).
+-- shards: not read (every pass covers every shard). every_ms null or < 1: no gate, a pass now. The pass is kv_usage_pass_v1, in the
+-- caller's transaction; the gate row's last_at is set to now
 -- after it. A now earlier than last_at (a clock behind another broker's) counts as age 0.
 -- Locks: queen.kv_usage_gate's row FOR UPDATE SKIP LOCKED (never waits; held to the end
 -- of the caller's transaction; inserted first if it is missing, a wait only on a concurrent
--- inserter of it), then as kv_usage_step_v1.
+-- inserter of it), then as kv_usage_pass_v1.
 CREATE OR REPLACE FUNCTION queen.kv_usage_step_v2(p_shards int2[], p_now timestamptz, p_max_tenants int,
                                                   p_every_ms int)
 RETURNS jsonb
@@ -356,7 +357,7 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    v_result := queen.kv_usage_step_v1(p_shards, p_now, p_max_tenants);
+    v_result := queen.kv_usage_pass_v1(p_now, p_max_tenants);
     UPDATE queen.kv_usage_gate g SET last_at = greatest(p_now, coalesce(g.last_at, p_now)) WHERE g.id = 1;
     RETURN v_result || jsonb_build_object('skipped', NULL);
 END

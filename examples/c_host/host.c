@@ -350,7 +350,7 @@ int main(int argc, char **argv) {
     buf_t cfg = {0};
     /*
      * The sweeper may connect as a role of its own holding only the queen_sweeper group
-     * role (sql/006_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
+     * role (sql/007_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
      */
     const char *sweeper_ci = getenv("QUEEN_EXAMPLE_SWEEPER_CONNINFO");
     buf_puts(&cfg, "{\"conninfo\":");

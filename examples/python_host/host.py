@@ -75,7 +75,7 @@ def main() -> int:
     db = psycopg2.connect(conninfo, application_name="example-python-host")
     ok = True
     # The sweeper may connect as a role of its own holding only the queen_sweeper group
-    # role (sql/006_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
+    # role (sql/007_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
     sweeper_ci = os.environ.get("QUEEN_EXAMPLE_SWEEPER_CONNINFO") or conninfo
     with Sweeper(conninfo=sweeper_ci, broker_id="example-python-host", apply_schema=True,
                  log_level="warn") as sw:

@@ -1,4 +1,4 @@
-// The usage rollup (rollup.hpp). Its statement is kv_usage_step_v1 (sql/005_kv_maintenance.sql).
+// The usage rollup (rollup.hpp). Its statement is kv_usage_step_v2 (sql/005_kv_maintenance.sql).
 #include "sweeper/rollup.hpp"
 
 #include <algorithm>

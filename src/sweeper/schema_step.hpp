@@ -16,9 +16,9 @@
 
 namespace qsw {
 
-// The schema version this library's sql/ records (sql/007_version.sql). Bumped with any
+// The schema version this library's sql/ records (sql/008_version.sql). Bumped with any
 // change in sql/ that a broker or a sweeper sees, together with that file.
-constexpr int64_t kSchemaVersion = 14;
+constexpr int64_t kSchemaVersion = 15;
 
 class SchemaStep {
 public:

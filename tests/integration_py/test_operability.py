@@ -32,9 +32,9 @@ from firekit import TENANT_A, assert_clean_stop, connect, op_schedule, unique, w
 from queen_sweeper import StateError, Timeout
 
 ROOT = Path(__file__).resolve().parents[2]
-# What sql/007_version.sql records (its last statement), read rather than repeated here.
+# What sql/008_version.sql records (its last statement), read rather than repeated here.
 SCHEMA_VERSION = int(re.search(r"VALUES \('queen-sweeper', (\d+), now\(\)\)",
-                               (ROOT / "sql" / "007_version.sql").read_text()).group(1))
+                               (ROOT / "sql" / "008_version.sql").read_text()).group(1))
 
 
 def metric(text: str, sample: str) -> float:

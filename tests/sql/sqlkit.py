@@ -31,9 +31,9 @@ QUEEN_TABLES = [
 
 
 def _schema_version():
-    """The version the last statement of sql/007_version.sql records (what an apply leaves)."""
+    """The version the last statement of sql/008_version.sql records (what an apply leaves)."""
     import re
-    with open(os.path.join(SQL_DIR, "007_version.sql"), encoding="utf-8") as f:
+    with open(os.path.join(SQL_DIR, "008_version.sql"), encoding="utf-8") as f:
         return int(re.search(r"VALUES \('queen-sweeper', (\d+), now\(\)\)", f.read()).group(1))
 
 
@@ -145,9 +145,23 @@ class Queen:
         return self.apply([op], tenant=tenant, now=now)[0]
 
     def due(self, now=NOW, cap=2000, shards=None):
+        """log_timers_due_v2 from the index's head, no horizon."""
+        return self.one("SELECT queen.log_timers_due_v2(%s::int2[], %s, %s, NULL, NULL)", (shards, now, cap))
+
+    def due1(self, now=NOW, cap=2000, shards=None):
+        """log_timers_due_v1: the 1.0.0 wrapper (006_compat.sql)."""
         return self.one("SELECT queen.log_timers_due_v1(%s::int2[], %s, %s)", (shards, now, cap))
 
-    def claim(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None):
+    def claim(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None, tenants=None):
+        """log_timers_claim_v4 from the index's head, without a byte budget or a skip list,
+        each row with a fresh token."""
+        return self.all("SELECT * FROM queen.log_timers_claim_v4(%s::int2[], %s, %s, %s, %s,"
+                        " NULL, NULL, NULL, NULL, NULL, NULL, %s::uuid[])",
+                        (shards, now, lease_ms, max_rows, per_tenant,
+                         None if tenants is None else [str(t) for t in tenants]))
+
+    def claim1(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None):
+        """log_timers_claim_v1: the 1.0.0 wrapper (006_compat.sql)."""
         return self.all("SELECT * FROM queen.log_timers_claim_v1(%s::int2[], %s, %s, %s, %s)",
                         (shards, now, lease_ms, max_rows, per_tenant))
 
@@ -177,10 +191,15 @@ class Queen:
                  tids=None):
         args = (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
                 [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now)
-        if tids is not None:  # log_timers_fire_v2: the rows' addresses as the claim gave them
-            return self.one("SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[],"
-                            " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[])",
-                            args + (True if wait is None else wait, tids))
+        # log_timers_fire_v2, with the rows' addresses as the claim gave them or without (null)
+        return self.one("SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[],"
+                        " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[])",
+                        args + (True if wait is None else wait, tids))
+
+    def fire1_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW, wait=None):
+        """log_timers_fire_v1: the 1.0.0 wrapper (006_compat.sql); wait None: its ten-argument call."""
+        args = (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
+                [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now)
         sql = ("SELECT queen.log_timers_fire_v1(%s::uuid[], %s::text[], %s::text[], %s::int[],"
                " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s")
         if wait is None:  # the ten-argument call: waits on partitions
@@ -189,6 +208,13 @@ class Queen:
 
     def fail(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
              backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
+        """log_timers_fail_v2: the failure and the move of what it exhausts, in one call."""
+        return self.fail2(rows, error, klass, now, backoff_min_ms, backoff_max_ms, transient_backoff_ms,
+                          max_attempts)
+
+    def fail1(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
+              backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
+        """log_timers_fail_v1: the 1.0.0 wrapper (006_compat.sql)."""
         return self.one(
             "SELECT queen.log_timers_fail_v1(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
             " %s, %s, %s, %s, %s, %s, %s)",
@@ -207,25 +233,26 @@ class Queen:
 
     def claim4(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, claim_id=None, floor=None,
                tenants=None):
-        """log_timers_claim_v4: the rows of claim_v3 with row_tid, the address (text) of the
-        row version the claim wrote."""
+        """log_timers_claim_v4: its rows, with row_tid, the address (text) of the row version
+        the claim wrote."""
         return self.all("SELECT * FROM queen.log_timers_claim_v4(NULL, %s, %s, %s, %s,"
                         " NULL, %s::uuid, NULL, NULL, NULL, %s, %s::uuid[])",
                         (now, lease_ms, max_rows, per_tenant, str(claim_id or uuid.uuid4()), floor, tenants))
 
     def claim2(self, now=NOW, lease_ms=30000, max_rows=200, per_tenant=50, shards=None,
                max_bytes=None, claim_id=None, skip=None):
-        """skip: [(tenant, queue, partition), ...] left alone."""
+        """log_timers_claim_v4 from the index's head, with a byte budget, a claim id and a skip
+        list: [(tenant, queue, partition), ...] left alone."""
         skip = skip or []
-        return self.all("SELECT * FROM queen.log_timers_claim_v2(%s::int2[], %s, %s, %s, %s, %s, %s::uuid,"
-                        " %s::uuid[], %s::text[], %s::text[])",
+        return self.all("SELECT * FROM queen.log_timers_claim_v4(%s::int2[], %s, %s, %s, %s, %s, %s::uuid,"
+                        " %s::uuid[], %s::text[], %s::text[], NULL, NULL)",
                         (shards, now, lease_ms, max_rows, per_tenant, max_bytes,
                          None if claim_id is None else str(claim_id),
                          [str(t) for t, _, _ in skip], [q for _, q, _ in skip], [p for _, _, p in skip]))
 
-    def release_claims(self, claim_ids, lease_from, lease_to):
-        return self.one("SELECT queen.log_timers_release_claims_v1(%s::uuid[], %s, %s)",
-                        ([str(c) for c in claim_ids], lease_from, lease_to))
+    def release_claims(self, claim_ids, lease_from, lease_to, now=NOW):
+        return self.one("SELECT queen.log_timers_release_claims_v2(%s::uuid[], %s, %s, %s)",
+                        ([str(c) for c in claim_ids], lease_from, lease_to, now))
 
     def release(self, rows):
         return self.one(
@@ -281,7 +308,9 @@ class Queen:
         return self.one("SELECT queen.kv_expire_step_v1(%s::int2[], %s, %s)", (shards, now, max_rows))
 
     def usage_step(self, now=NOW, max_tenants=1000, shards=None):
-        return self.one("SELECT queen.kv_usage_step_v1(%s::int2[], %s, %s)", (shards, now, max_tenants))
+        """kv_usage_step_v2 without its gate (every_ms null), its answer without "skipped"."""
+        return self.one("SELECT queen.kv_usage_step_v2(%s::int2[], %s, %s, NULL) - 'skipped'",
+                        (shards, now, max_tenants))
 
     def usage_step2(self, now=NOW, every_ms=300000, max_tenants=1000, shards=None):
         """kv_usage_step_v2: the rollup behind its fleet gate (schema version 10)."""

@@ -79,7 +79,7 @@ def test_probe_is_one_index_walk_not_a_scan(q, db):
     schedule_many(q, ["k%05d" % i for i in range(6000)], delay_ms=60000)
     schedule_many(q, ["due%03d" % i for i in range(20)], delay_ms=0)
     q.exec("ANALYZE queen.log_timers")
-    out, plans = nested_plans(db, "SELECT queen.log_timers_due_v1(%s::int2[], %s, 2000)", (None, NOW), like="log_timers")
+    out, plans = nested_plans(db, "SELECT queen.log_timers_due_v2(%s::int2[], %s, 2000, NULL, NULL)", (None, NOW), like="log_timers")
     d = out[0][0]
     assert d["due"] == 20 and d["nextInMs"] == 0
     walks = [p for p in plans if "FROM queen.log_timers t" in p]
@@ -129,25 +129,25 @@ def test_claim_is_one_ordered_index_walk(q, db):
     schedule_many(q, ["k%05d" % i for i in range(3000)], delay_ms=60000)
     schedule_many(q, ["due%03d" % i for i in range(30)], delay_ms=0)
     q.exec("ANALYZE queen.log_timers")
-    out, plans = nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 10, 50)",
-                              (None, NOW), like="log_timers")
+    claim = ("SELECT timer_key FROM queen.log_timers_claim_v4(%s::int2[], %s, 30000, %s, %s,"
+             " NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+    out, plans = nested_plans(db, claim, (None, NOW, 10, 50), like="log_timers")
     assert len(out) == 10
-    walk = [p for p in plans if "WITH pool" in p]
+    walk = [p for p in plans if "WITH oldest" in p]
     assert len(walk) == 1, plans
     plan = walk[0]
     assert "Seq Scan on log_timers" not in plan, plan
     assert "Index Scan using log_timers_due_idx" in plan, plan
     # No sort of candidates ahead of the lock: the index order is the claim order, and the
-    # walk stops at the pool instead of reading every due row: max_rows here (per_tenant 50
-    # >= max_rows 10, so fairness cannot change the choice), 2 * max_rows with it on.
+    # walk stops at the pool instead of reading every due row: max_rows, with the tenants'
+    # share on or off (a tenant behind a backlog is reached by its name, not a wider pool).
     lock = plan[plan.index("LockRows"):]
     assert "rows=10 loops=1" in lock.splitlines()[0], plan
-    out, plans = nested_plans(db, "SELECT timer_key FROM queen.log_timers_claim_v1(%s::int2[], %s, 30000, 8, 2)",
-                              (None, NOW), like="log_timers")
+    out, plans = nested_plans(db, claim, (None, NOW, 8, 2), like="log_timers")
     assert len(out) == 8
-    plan = [p for p in plans if "WITH pool" in p][0]
+    plan = [p for p in plans if "WITH oldest" in p][0]
     lock = plan[plan.index("LockRows"):]
-    assert "rows=16 loops=1" in lock.splitlines()[0], plan
+    assert "rows=8 loops=1" in lock.splitlines()[0], plan
 
 
 def test_the_claim_and_the_probe_are_planned_once_per_session(q, connections):
@@ -229,11 +229,11 @@ def test_claim_from_two_connections_takes_disjoint_rows(q, connections):
     a.autocommit = False
     b = connections(options="-c statement_timeout=10000")
     with a.cursor() as cur:
-        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v1(null, %s, 30000, 15, 50)", (NOW,))
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v4(null, %s, 30000, 15, 50, NULL, NULL, NULL, NULL, NULL, NULL, NULL)", (NOW,))
         got_a = {r[0] for r in cur.fetchall()}
     # a has not committed: its rows are locked, b skips them without waiting
     with b.cursor() as cur:
-        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v1(null, %s, 30000, 100, 50)", (NOW,))
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v4(null, %s, 30000, 100, 50, NULL, NULL, NULL, NULL, NULL, NULL, NULL)", (NOW,))
         got_b = {r[0] for r in cur.fetchall()}
     # Not waiting is proven by the lock still held: a wait would end in the lock or
     # statement timeout (an error), not in a result. No wall-clock bound.
@@ -249,7 +249,7 @@ def test_claim_never_waits_on_a_locked_row(q, connections):
         cur.execute("SELECT timer_key FROM queen.log_timers WHERE timer_key IN ('k1', 'k3', 'k5') FOR UPDATE")
     claimer = connections(options="-c statement_timeout=1000 -c lock_timeout=500")
     with claimer.cursor() as cur:
-        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v1(null, %s, 30000, 100, 50)", (NOW,))
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v4(null, %s, 30000, 100, 50, NULL, NULL, NULL, NULL, NULL, NULL, NULL)", (NOW,))
         got = sorted(r[0] for r in cur.fetchall())
     assert got == ["k0", "k2", "k4"]
     locker.rollback()
@@ -261,13 +261,15 @@ def test_claim_is_fair_across_tenants_with_identical_queue_names(q):
     keys1 = ["k%02d" % i for i in range(12)]
     schedule_many(q, keys1, tenant=T1, now=NOW - ms(10000))
     schedule_many(q, keys1[:4], tenant=T2, now=NOW - ms(1000))
-    rows = q.claim(max_rows=10, per_tenant=3)
+    # The oldest pool is T1's ten; T2, named as the probe names it, gets its share of 3, and
+    # the rounds of 3 per tenant then fill the claim with T1's: 3 + 3, 3, 1.
+    rows = q.claim(max_rows=10, per_tenant=3, tenants=[T2])
     per = {T1: 0, T2: 0}
     for r in rows:
         per[r["tenant_id"]] += 1
-    assert per == {T1: 6, T2: 4}
-    # returned in pre-claim visible_at order: all of T1 (older) first
-    assert [r["tenant_id"] for r in rows] == [T1] * 6 + [T2] * 4
+    assert per == {T1: 7, T2: 3}
+    # returned in due_at order: all of T1 (older) first
+    assert [r["tenant_id"] for r in rows] == [T1] * 7 + [T2] * 3
 
 
 def test_claim_is_work_conserving(q):
@@ -327,9 +329,8 @@ def test_hot_path_functions_never_plan_a_sequential_scan(q):
     # A plan made while a table looked empty (a fresh install, a TRUNCATE before
     # autoanalyze) is cached for the session; the fire's dedup probe once ran at 1 s per call
     # that way in the bench (a sequential scan of everything fired). The hot path pins
-    # enable_seqscan off, and its nested helpers inherit the setting. (log_timers_claim_v3
-    # and log_timers_fire_v1 are wrappers of log_timers_claim_v4 and log_timers_fire_v2.)
-    for fn in ("log_timers_claim_v1", "log_timers_claim_v2", "log_timers_claim_v4", "log_timers_due_v1",
-               "log_timers_due_v2", "log_timers_fire_v2", "log_push_v1"):
+    # enable_seqscan off, and its nested helpers inherit the setting. (The wrappers of
+    # 006_compat.sql call these bodies, whose own settings apply.)
+    for fn in ("log_timers_claim_v4", "log_timers_due_v2", "log_timers_fire_v2", "log_push_v1"):
         cfg = q.one("SELECT proconfig FROM pg_proc WHERE oid = to_regproc(%s)", ("queen." + fn,))
         assert "enable_seqscan=off" in cfg, (fn, cfg)

@@ -897,7 +897,7 @@ def test_refusals_the_fast_way_skips_are_still_raised_and_leave_nothing(q, case)
 # ---- The fire by address (schema version 8: log_timers_claim_v4's row_tid, log_timers_fire_v2)
 
 
-def test_claim_v4_gives_each_row_its_address_and_claim_v3_the_same_rows_without(q):
+def test_claim_v4_gives_each_row_its_address_and_the_1_0_0_claim_the_same_rows_without(q):
     sched(q, ["a", "b", "c"])
     cid = uuid.uuid4()
     rows = q.claim4(claim_id=cid)
@@ -907,10 +907,10 @@ def test_claim_v4_gives_each_row_its_address_and_claim_v3_the_same_rows_without(
     assert {r["timer_key"]: r["row_tid"] for r in rows} == at
     assert all(str(r["claim_token"]) == str(cid) for r in rows)
     q.exec("UPDATE queen.log_timers SET claim_token = NULL, claimed_until = NULL")
-    v3 = q.all("SELECT * FROM queen.log_timers_claim_v3(NULL, %s, 30000, 200, 50, NULL, %s::uuid,"
-               " NULL, NULL, NULL, NULL, NULL)", (NOW, str(uuid.uuid4())))
-    assert [r["timer_key"] for r in v3] == ["a", "b", "c"]
-    assert "row_tid" not in v3[0] and set(rows[0]) - set(v3[0]) == {"row_tid"}
+    # log_timers_claim_v1 (the 1.0.0 wrapper): the same rows, 1.0.0's columns only.
+    v1 = q.claim1()
+    assert [r["timer_key"] for r in v1] == ["a", "b", "c"]
+    assert set(rows[0]) - set(v1[0]) == {"row_tid", "floor_ms"}
 
 
 def test_fire_by_address_fires_through_the_fast_way_with_one_tid_scan(q, connections):

@@ -1,6 +1,6 @@
 """The floor and the tenants' shares (issue 20, schema version 7: sql/002_timers.sql, 3a).
 
-The probe (log_timers_due_v2) and the claim (log_timers_claim_v3) start from a floor the
+The probe (log_timers_due_v2) and the claim (log_timers_claim_v4) start from a floor the
 caller keeps and answer the next one: least(earliest live row at or after the floor,
 now - slack). Every write puts its row at or after the now it writes with, so no row lands
 behind a floor but a slow transaction's, which the walk from the head finds
@@ -34,7 +34,7 @@ def due2(q, now=NOW, cap=2000, floor=None, horizon_ms=None, shards=None):
 
 
 def claim3(q, now=NOW, max_rows=200, per_tenant=50, floor=None, tenants=None, lease_ms=30000, shards=None):
-    return q.all("SELECT * FROM queen.log_timers_claim_v3(%s::int2[], %s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL,"
+    return q.all("SELECT * FROM queen.log_timers_claim_v4(%s::int2[], %s, %s, %s, %s, NULL, NULL, NULL, NULL, NULL,"
                  " %s, %s::uuid[])",
                  (shards, now, lease_ms, max_rows, per_tenant, floor,
                   None if tenants is None else [None if t is None else str(t) for t in tenants]))
@@ -83,7 +83,7 @@ def test_a_deliver_at_in_the_past_is_written_at_the_writers_now(q):
            "   FROM (VALUES ('b-later', interval '1 minute'), ('a-late', interval '1 hour'), ('c-now', interval '0')) v(k, d)")
     assert q.one("SELECT count(DISTINCT visible_at) FROM queen.log_timers") == 1
     floor = q.one("SELECT now() - interval '1 second'")
-    rows = q.all("SELECT timer_key, late_ms FROM queen.log_timers_claim_v3(NULL, now(), 30000, 10, 10, NULL, NULL,"
+    rows = q.all("SELECT timer_key, late_ms FROM queen.log_timers_claim_v4(NULL, now(), 30000, 10, 10, NULL, NULL,"
                  " NULL, NULL, NULL, %s, NULL)", (floor,))
     assert [r["timer_key"] for r in rows] == ["a-late", "b-later", "c-now"]
     assert rows[0]["late_ms"] >= 3_600_000
@@ -161,7 +161,7 @@ def test_a_claim_another_session_holds_does_not_move_the_floor_past_its_rows(q, 
     other = connections()
     other.autocommit = False
     with other.cursor() as cur:
-        cur.execute("SELECT count(*) FROM queen.log_timers_claim_v3(NULL, %s, 30000, 5, 50, NULL, NULL, NULL, NULL,"
+        cur.execute("SELECT count(*) FROM queen.log_timers_claim_v4(NULL, %s, 30000, 5, 50, NULL, NULL, NULL, NULL,"
                     " NULL, NULL, NULL)", (NOW,))
         assert cur.fetchone()[0] == 5
     d = due2(q)  # reads the rows' committed place
@@ -243,10 +243,10 @@ def test_a_named_tenant_without_due_rows_costs_nothing_and_changes_nothing(q):
     assert [r["timer_key"] for r in rows] == [f"k{i:06d}" for i in range(10)]
 
 
-def test_the_claim_v3_refuses_what_v2_refuses(q):
-    for bad in ("SELECT * FROM queen.log_timers_claim_v3(NULL, NULL, 1, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
-                "SELECT * FROM queen.log_timers_claim_v3(NULL, now(), 0, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
-                "SELECT * FROM queen.log_timers_claim_v3(NULL, now(), 1, 1, 1, NULL, NULL, '{00000000-0000-0000-0000-000000000001}',"
+def test_the_claim_refuses_a_null_now_a_lease_under_1_ms_and_skip_arrays_that_do_not_line_up(q):
+    for bad in ("SELECT * FROM queen.log_timers_claim_v4(NULL, NULL, 1, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT * FROM queen.log_timers_claim_v4(NULL, now(), 0, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+                "SELECT * FROM queen.log_timers_claim_v4(NULL, now(), 1, 1, 1, NULL, NULL, '{00000000-0000-0000-0000-000000000001}',"
                 " NULL, '{p}', NULL, NULL)"):
         try:
             q.all(bad)
@@ -259,19 +259,19 @@ def test_the_claim_v3_refuses_what_v2_refuses(q):
 
 
 def claim3_bytes(q, max_rows, per_tenant, max_bytes, tenants=None):
-    return q.all("SELECT * FROM queen.log_timers_claim_v3(NULL, %s, 30000, %s, %s, %s, NULL, NULL, NULL, NULL, NULL,"
+    return q.all("SELECT * FROM queen.log_timers_claim_v4(NULL, %s, 30000, %s, %s, %s, NULL, NULL, NULL, NULL, NULL,"
                  " %s::uuid[])", (NOW, max_rows, per_tenant, max_bytes,
                                   None if tenants is None else [str(t) for t in tenants]))
 
 
-def test_the_claim_v3_locks_only_the_rows_it_takes(q, connections):
+def test_the_claim_locks_only_the_rows_it_takes(q, connections):
     """The oldest pool is max_rows, not 2 * max_rows: while one claim of 10 is open, another
     connection's claim takes the next 10 (the rows a wider pool would hold for nothing)."""
     sched_many(q, 30, now=NOW - ms(1000))
     other = connections()
     other.autocommit = False
     with other.cursor() as cur:
-        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v3(NULL, %s, 30000, 10, 3, NULL, NULL, NULL, NULL,"
+        cur.execute("SELECT timer_key FROM queen.log_timers_claim_v4(NULL, %s, 30000, 10, 3, NULL, NULL, NULL, NULL,"
                     " NULL, NULL, NULL)", (NOW,))
         first = [r[0] for r in cur.fetchall()]
         assert first == [f"k{i:06d}" for i in range(10)]
@@ -332,7 +332,7 @@ def test_a_named_tenants_share_is_one_range_of_its_own_index_whatever_the_backlo
               SELECT %s::uuid, 'q', 'b' || g, 'p', now(), 'b' || g, gen_random_uuid(), '\\x00'::bytea
                 FROM generate_series(1, 10) g""", (str(T2),))
     q.exec("VACUUM ANALYZE queen.log_timers")
-    out, plans = nested_plans(q.conn, "SELECT tenant_id::text FROM queen.log_timers_claim_v3(NULL, now(), 30000, 100,"
+    out, plans = nested_plans(q.conn, "SELECT tenant_id::text FROM queen.log_timers_claim_v4(NULL, now(), 30000, 100,"
                                       " 10, NULL, NULL, NULL, NULL, NULL, NULL, %s::uuid[])", ([str(T1), str(T2)],),
                               like="CTE shares")
     got = [r[0] for r in out]

@@ -4,8 +4,8 @@
   rescheduled, replaced, cancelled or re-created is never dead-lettered for what its old
   version did. Each host operation is raced against the failure, both ways round.
 - A claim is named by the caller's claim id, so a claim whose answer was lost can be handed
-  back by id (log_timers_release_claims_v1), bounded to the window its lease ends in.
-- A claim is bounded in payload bytes as well as rows (claim_v2's max_bytes).
+  back by id (log_timers_release_claims_v2), bounded to the window its lease ends in.
+- A claim is bounded in payload bytes as well as rows (the claim's max_bytes).
 - Every statement of the fire that deletes a claimed row applies the claim check to the row
   it deletes (log_timers_ours_v1), so it does not depend on the server re-checking a TID.
 """
@@ -47,17 +47,16 @@ HOST_OPS = {
 }
 
 
-def test_the_old_two_step_order_no_longer_dead_letters_a_reschedule(q):
-    """The sweeper's order before schema version 5: fail_v1 reports exhausted, the host
-    reschedules in between, dlq_v1 moves the named row. It moved the new version (attempts
-    0, new payload); dlq_v1 now leaves a timer at 0 attempts alone."""
+def test_dlq_leaves_a_rescheduled_timer_alone(q):
+    """A timer that failed, then was rescheduled by its host (attempts back to 0, new
+    payload), is not dead-lettered by an operator's dlq_v1 for what its old version did."""
     sched(q, "a")
-    rows, now = exhaust_to_last_attempt(q, "a")
-    res = q.fail(rows, klass="permanent", now=now, max_attempts=2)
-    assert [e["key"] for e in res["exhausted"]] == ["a"]
+    now = NOW
+    res = q.fail(q.claim(now=now), klass="permanent", now=now)
+    assert res["exhausted"] == [] and q.timer("a")["attempts"] == 1
     told = q.apply([HOST_OPS["reschedule"]("a")], now=now)[0]
     assert told["ok"] is True and told["status"] == "rescheduled"
-    assert q.dlq(res["exhausted"], now=now) == {"moved": 0}
+    assert q.dlq([{"tenant": T1, "queue": "q", "key": "a"}], now=now) == {"moved": 0}
     t = q.timer("a")
     assert t is not None and t["attempts"] == 0 and bytes(t["payload"]) == b'{"v": 2}'
     assert q.one("SELECT count(*) FROM queen.log_dlq") == 0
@@ -257,6 +256,6 @@ def test_a_claim_leaves_the_partitions_it_is_told_to_skip_alone(q):
     rows = q.claim2(max_rows=4)
     assert [r["timer_key"] for r in rows] == ["held0", "held1", "held2", "held3"]
     with pytest.raises(psycopg2.Error) as e:
-        q.all("SELECT * FROM queen.log_timers_claim_v2(NULL, %s, 1000, 10, 10, NULL, NULL,"
-              " ARRAY[%s]::uuid[], ARRAY[]::text[], ARRAY['p'])", (NOW, str(T1)))
+        q.all("SELECT * FROM queen.log_timers_claim_v4(NULL, %s, 1000, 10, 10, NULL, NULL,"
+              " ARRAY[%s]::uuid[], ARRAY[]::text[], ARRAY['p'], NULL, NULL)", (NOW, str(T1)))
     assert e.value.pgcode == "22023"

@@ -242,7 +242,7 @@ def test_expire_step_uses_the_partial_index(q, db):
 
 
 # ---------------------------------------------------------------------------------------
-# kv_usage_step_v1
+# kv_usage_step_v2 (the pass, kv_usage_pass_v1)
 # ---------------------------------------------------------------------------------------
 
 def test_usage_counts_live_rows_and_timers_per_tenant(q):
@@ -394,7 +394,7 @@ def test_usage_samples_a_large_timer_table_by_pages(q):
         rows = {t["tenant"]: t for t in r["tenants"]}[str(T1)]["timerRows"]
         assert abs(rows - 210000) < 31500, rows   # ~200k of 210k rows' pages, scaled up
         # The sampled pass reads the pages it picks, not the table.
-        _, plans = nested_plans(q.conn, "SELECT queen.kv_usage_step_v1(NULL, %s, 1000)", (NOW + ms(1),))
+        _, plans = nested_plans(q.conn, "SELECT queen.kv_usage_step_v2(NULL, %s, 1000, NULL)", (NOW + ms(1),))
         plans = "\n".join(plans)
         assert "Sample Scan on log_timers" in plans, plans[-3000:]
         assert "Seq Scan on log_timers" not in plans, plans[-3000:]

@@ -278,7 +278,7 @@ def test_kv_value_far_over_the_limit_is_refused_at_once(q):
 
 def test_kv_maintenance_now_outside_the_accepted_range(q):
     refused(q, "SELECT queen.kv_expire_step_v1(NULL, 'infinity', 10)", (), "kv_expire_step_v1", "now")
-    refused(q, "SELECT queen.kv_usage_step_v1(NULL, '-infinity', 10)", (), "kv_usage_step_v1", "now")
+    refused(q, "SELECT queen.kv_usage_step_v2(NULL, '-infinity', 10, NULL)", (), "kv_usage_step_v2", "now")
 
 
 PUSH = "SELECT queen.log_push_v1(%s, %s, %s, %s, %s, %s, %s::timestamptz)"

@@ -28,7 +28,7 @@ def strip_comments(text):
 def test_files_are_numbered_and_complete():
     names = [os.path.basename(p) for p in sql_files()]
     assert names == ["001_log.sql", "002_timers.sql", "003_fire.sql", "004_kv.sql",
-                     "005_kv_maintenance.sql", "006_roles.sql", "007_version.sql"]
+                     "005_kv_maintenance.sql", "006_compat.sql", "007_roles.sql", "008_version.sql"]
 
 
 def test_no_listen_notify_outside_comments():

@@ -107,7 +107,7 @@ fn run() -> Result<bool, String> {
 
     let fired: Arc<Mutex<(Vec<FiredRec>, u64)>> = Arc::new(Mutex::new((Vec::new(), 0)));
     // The sweeper may connect as a role of its own holding only the queen_sweeper group
-    // role (sql/006_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
+    // role (sql/007_roles.sql): QUEEN_EXAMPLE_SWEEPER_CONNINFO, else the host's conninfo.
     let sweeper_ci = std::env::var("QUEEN_EXAMPLE_SWEEPER_CONNINFO").ok().filter(|s| !s.is_empty())
         .unwrap_or_else(|| conninfo.clone());
     let config = Config::new()

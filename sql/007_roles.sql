@@ -1,14 +1,15 @@
--- 006_roles.sql: who may call what. Three NOLOGIN group roles, the schema's ownership, and
+-- 007_roles.sql: who may call what. Three NOLOGIN group roles, the schema's ownership, and
 -- every privilege on schema queen stated explicitly (nothing left to PUBLIC).
 --
 --   queen_owner    owns schema queen and everything in it. Nobody logs in as it; an
 --                  operator's migration role may be made a member to apply the schema.
---   queen_sweeper  exactly what the sweeper calls: the probe (log_timers_due_v1), claim,
+--   queen_sweeper  exactly what the sweeper calls: the probe (log_timers_due_v2), claim,
 --                  fire, fail, dlq, release, the KV prune step and the usage rollup step,
---                  and the switches it reads (switch_enabled_v1).
+--                  and the switches it reads (switch_enabled_v1); and the wrappers of
+--                  006_compat.sql, which a 1.0.0 sweeper calls.
 --   queen_broker   scheduling (log_timers_apply_v1: schedule, reschedule, cancel), KV
 --                  put / get / delete, log push and read, timer peek and list, switches.
--- Both group roles also get queen.schema_version_v1 (007). Neither gets any privilege on a
+-- Both group roles also get queen.schema_version_v1 (008). Neither gets any privilege on a
 -- table or a sequence: they act only through the functions.
 --
 -- Why the entry-point functions are SECURITY DEFINER (owned by queen_owner). Under SECURITY
@@ -24,7 +25,7 @@
 -- are granted to nobody: they are only ever called from inside the functions, and the
 -- REVOKE from PUBLIC below covers them as it covers every function of the schema.
 --
--- Applying. Idempotent like 001-005, and part of the same apply (the plugin embeds it). The
+-- Applying. Idempotent like 001-006, and part of the same apply (the plugin embeds it). The
 -- roles are created only when missing and only when the applier may create roles
 -- (superuser or CREATEROLE); ownership moves to queen_owner only for objects it does not
 -- own yet, and only when the applier may do that (superuser, or a member of queen_owner);
@@ -63,7 +64,7 @@ BEGIN
             IF v_can_create THEN
                 EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', v_role);
             ELSE
-                RAISE NOTICE '006_roles: role % is missing and % may not create roles; a superuser must apply this file',
+                RAISE NOTICE '007_roles: role % is missing and % may not create roles; a superuser must apply this file',
                     v_role, current_user;
             END IF;
         END IF;
@@ -81,7 +82,7 @@ BEGIN
     END IF;
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
        AND NOT pg_catalog.pg_has_role(current_user, 'queen_owner', 'MEMBER') THEN
-        RAISE NOTICE '006_roles: % is neither superuser nor a member of queen_owner; ownership left as it is',
+        RAISE NOTICE '007_roles: % is neither superuser nor a member of queen_owner; ownership left as it is',
             current_user;
         RETURN;
     END IF;
@@ -132,8 +133,6 @@ DECLARE
     c_grants constant text[] := ARRAY[
         ['queen_sweeper', 'queen.log_timers_due_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.log_timers_claim_v1(int2[], timestamptz, int, int, int)'],
-        ['queen_sweeper', 'queen.log_timers_claim_v2(int2[], timestamptz, int, int, int, bigint, uuid, uuid[], text[], text[])'],
-        ['queen_sweeper', 'queen.log_timers_claim_v3(int2[], timestamptz, int, int, int, bigint, uuid, uuid[], text[], text[], timestamptz, uuid[])'],
         ['queen_sweeper', 'queen.log_timers_claim_v4(int2[], timestamptz, int, int, int, bigint, uuid, uuid[], text[], text[], timestamptz, uuid[])'],
         ['queen_sweeper', 'queen.log_timers_due_v2(int2[], timestamptz, int, timestamptz, int)'],
         ['queen_sweeper', 'queen.log_timers_below_floor_v1(timestamptz)'],
@@ -143,7 +142,6 @@ DECLARE
         ['queen_sweeper', 'queen.log_timers_fail_v2(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_dlq_v1(uuid[], text[], text[], timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_release_v1(uuid[], text[], text[], uuid[])'],
-        ['queen_sweeper', 'queen.log_timers_release_claims_v1(uuid[], timestamptz, timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_release_v2(uuid[], text[], text[], uuid[], timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_in_doubt_v1(int[], uuid[], text[], bytea[], int[], text[])'],
@@ -168,9 +166,8 @@ BEGIN
         -- missing means the list and the functions disagree: a bug here, never a silent gap.
         IF pg_catalog.to_regprocedure(c_grants[v_i][2]) IS NULL
            AND c_grants[v_i][2] NOT IN ('queen.kv_expire_step_v1(int2[], timestamptz, int)',
-                                        'queen.kv_usage_step_v1(int2[], timestamptz, int)',
                                         'queen.kv_usage_step_v2(int2[], timestamptz, int, int)') THEN
-            RAISE EXCEPTION '006_roles: % does not exist (the grant list is out of date)', c_grants[v_i][2];
+            RAISE EXCEPTION '007_roles: % does not exist (the grant list is out of date)', c_grants[v_i][2];
         END IF;
     END LOOP;
     FOREACH v_role IN ARRAY ARRAY['queen_sweeper', 'queen_broker'] LOOP

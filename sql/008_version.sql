@@ -1,4 +1,4 @@
--- 007_version.sql: the schema's version, readable by both group roles. The LAST file of
+-- 008_version.sql: the schema's version, readable by both group roles. The LAST file of
 -- the apply: its upsert records that everything before it is in place.
 --
 -- queen.schema_info holds one row per component; this project's is 'queen-sweeper'. A
@@ -28,8 +28,8 @@ CREATE TABLE IF NOT EXISTS queen.schema_info (
 );
 
 -- queen.schema_version_v1() -> int: the applied version of component 'queen-sweeper', or
--- SQL null when this schema was never applied through 007. SECURITY DEFINER for the reason
--- given in 006 (the group roles hold no table privileges). Locks: none.
+-- SQL null when this schema was never applied through 008. SECURITY DEFINER for the reason
+-- given in 007 (the group roles hold no table privileges). Locks: none.
 CREATE OR REPLACE FUNCTION queen.schema_version_v1()
 RETURNS int
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -39,7 +39,7 @@ AS $fn$
     SELECT i.version FROM queen.schema_info i WHERE i.component = 'queen-sweeper'
 $fn$;
 
--- 006 ran before these two objects existed: give them the same treatment (owner, nothing
+-- 007 ran before these two objects existed: give them the same treatment (owner, nothing
 -- for PUBLIC, the function to both group roles, the table to nobody).
 DO $grants$
 DECLARE
@@ -68,5 +68,5 @@ $grants$;
 
 -- Last statement of the apply: the version it leaves behind.
 INSERT INTO queen.schema_info AS i (component, version, applied_at)
-VALUES ('queen-sweeper', 14, now())
+VALUES ('queen-sweeper', 15, now())
 ON CONFLICT (component) DO UPDATE SET version = excluded.version, applied_at = excluded.applied_at;
