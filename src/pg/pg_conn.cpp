@@ -468,8 +468,8 @@ void PgConn::finish_call(PgResult r) {
     if (PQtransactionStatus(pg_) != PQTRANS_IDLE) {
         // Never hand out a session inside a transaction (a failed simple query leaves its
         // explicit block open): replace it rather than let the next call inherit it. The
-        // server failed the pinned transaction itself (a role's statement_timeout of 1 ms
-        // cancels BEGIN or the pins): the next session will meet it too, so it is paced.
+        // server's answer (a failed block, a refused ROLLBACK) will meet the next session
+        // too, so the replacement is paced (pool.hpp session_fault_step).
         refused_ = true;
         broken("session left inside a transaction; replaced", false);
         if (cb) cb(std::move(r));

@@ -40,12 +40,13 @@ int64_t reconnect_delay_ms(int failures, int64_t outage_ms, double jitter);
 // failed with a SQLSTATE, say 57014 under a role's statement_timeout of 1 ms, or a call left
 // it in a failed transaction) is no sign the database is back: the next session meets the
 // same answer. Such sessions are opened one at a time per pool, spaced by
-// session_fault_spacing_ms: 100 ms doubling (jittered down to half), at least a second apart
-// from the sixth fault in a row (about three seconds in), capped at 5 s like a long outage. A failover never lands here:
-// a refused connect, a lost connection, a read-only server (25006) and the server ending
-// sessions (class 08, 57P0x) keep reconnect_delay_ms and its short cap.
+// session_fault_spacing_ms: 100 ms doubling (jittered down to half), at least a second
+// apart from the sixth fault in a row (about three seconds in), capped at 5 s like a long
+// outage; a session that passes its setup in between resets nothing. A failover never lands
+// here: a refused connect, a lost connection, a read-only server (25006) and the server
+// ending sessions (class 08, 57P0x) keep reconnect_delay_ms and its short cap.
 constexpr int64_t kSessionFaultCapMs = 5000;
-// Faults this far apart are no longer "in a row": the spacing starts again from 50 ms.
+// Faults this far apart are no longer "in a row": the spacing starts short again.
 constexpr int64_t kSessionFaultQuietMs = 60000;
 
 struct SessionFaultGate {
