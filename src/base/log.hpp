@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "base/log_limit.hpp"
 #include "base/reentry.hpp"
 #include "queen_sweeper.h"
 
@@ -49,6 +52,30 @@ public:
     void warn(const std::string &m) { log(QUEEN_SWEEPER_LOG_WARN, m); }
     void info(const std::string &m) { log(QUEEN_SWEEPER_LOG_INFO, m); }
     void debug(const std::string &m) { log(QUEEN_SWEEPER_LOG_DEBUG, m); }
+    // A failure that may repeat: its first occurrence now, then at most one line per cause
+    // per kLogRepeatIntervalMs carrying the count left out (base/log_limit.hpp). now_ms is
+    // the caller's loop clock.
+    void limited(int level, const std::string &cause, const std::string &m, int64_t now_ms) {
+        LogLimiter::Line l;
+        {
+            std::lock_guard<std::mutex> g(limit_mu_);
+            l = limiter_.occur(level, cause, m, now_ms);
+        }
+        if (l.emit) log(level, l.text);
+    }
+    // Says the counts of causes whose interval ended (called from the loop, once a cycle).
+    void flush_limited(int64_t now_ms) {
+        std::vector<std::pair<int, std::string>> lines;
+        {
+            std::lock_guard<std::mutex> g(limit_mu_);
+            limiter_.flush(now_ms, [&](int level, std::string text) { lines.emplace_back(level, std::move(text)); });
+        }
+        for (auto &[level, text] : lines) log(level, text);
+    }
+    int64_t suppressed_total() {
+        std::lock_guard<std::mutex> g(limit_mu_);
+        return limiter_.suppressed_total();
+    }
 
 private:
     std::mutex mu_;
@@ -56,6 +83,8 @@ private:
     void *user_ = nullptr;
     std::atomic<int> level_{QUEEN_SWEEPER_LOG_INFO};
     std::atomic<bool> stderr_{true};
+    std::mutex limit_mu_;  // apart from mu_: a line is written outside it
+    LogLimiter limiter_;
 };
 
 }  // namespace qsw

@@ -56,6 +56,7 @@ void PgConn::connect_after(int64_t delay_ms) {
 void PgConn::connect() {
     if (state_ == State::closed) return;
     uv_timer_stop(timer_);
+    refused_ = false;
     std::string timeout_s = std::to_string(std::max<int64_t>(1, (connect_timeout_ms_ + 999) / 1000));
     // client_encoding travels in the startup packet, after dbname so it overrides the
     // conninfo's own: it outranks ALTER ROLE/DATABASE ... SET, and PgBouncer tracks it per
@@ -176,6 +177,14 @@ void PgConn::continue_connect() {
     }
 }
 
+bool setup_refusal_repeats(const std::string &sqlstate) {
+    if (sqlstate.size() != 5) return false;
+    if (sqlstate == "25006") return false;
+    if (sqlstate.compare(0, 2, "08") == 0) return false;
+    if (sqlstate.compare(0, 3, "57P") == 0) return false;
+    return true;
+}
+
 std::string pinned_settings_sql(int64_t stmt_timeout_ms, int server_version) {
     // Each value is what the plugin's SQL and its decoders assume. A role or database
     // default (ALTER ROLE ... SET bytea_output = 'escape', DateStyle, a lock_timeout of
@@ -223,6 +232,7 @@ void PgConn::begin_setup() {
     const char *enc = PQparameterStatus(pg_, "client_encoding");
     if (!enc || std::string(enc) != "UTF8") {
         in_setup_ = true;
+        refused_ = true;  // the same server answers every session so
         broken(std::string("session setup failed: client_encoding is ") + (enc ? enc : "unknown") +
                    ", the sweeper needs UTF8",
                false);
@@ -243,6 +253,7 @@ void PgConn::begin_setup() {
             // A broken connection already went down; only a refused setup lands here idle.
             if (state_ == State::idle) {
                 in_setup_ = true;
+                refused_ = setup_refusal_repeats(r.sqlstate);
                 broken("session setup failed" + (r.sqlstate.empty() ? "" : " (SQLSTATE " + r.sqlstate + ")") + ": " +
                            r.message,
                        false);
@@ -456,7 +467,10 @@ void PgConn::finish_call(PgResult r) {
     read_only_seen_ = false;
     if (PQtransactionStatus(pg_) != PQTRANS_IDLE) {
         // Never hand out a session inside a transaction (a failed simple query leaves its
-        // explicit block open): replace it rather than let the next call inherit it.
+        // explicit block open): replace it rather than let the next call inherit it. The
+        // server's answer (a failed block, a refused ROLLBACK) will meet the next session
+        // too, so the replacement is paced (pool.hpp session_fault_step).
+        refused_ = true;
         broken("session left inside a transaction; replaced", false);
         if (cb) cb(std::move(r));
         return;

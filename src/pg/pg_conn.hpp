@@ -90,6 +90,10 @@ public:
     State state() const { return state_; }
     int id() const { return id_; }
     int backend_pid() const { return backend_pid_; }
+    // The last session ended because the server refused it with an answer it will repeat
+    // (setup_refusal_repeats, or a call left it in a failed transaction): the pool spaces
+    // the next session out (pool.hpp session_fault_step). Cleared by the next connect.
+    bool refused() const { return refused_; }
 
 private:
     void start_poll(int events);
@@ -140,6 +144,7 @@ private:
     int syncs_left_ = 0;
     bool in_setup_ = false;      // the session check after connect: a failure backs off like a connect
     bool read_only_seen_ = false;  // the server refused read-write: reconnect, never blame a timer
+    bool refused_ = false;
 };
 
 // The pinned statement (exposed for tests): every setting the plugin's correctness
@@ -151,5 +156,10 @@ std::string pinned_settings_sql(int64_t stmt_timeout_ms, int server_version);
 constexpr const char *kPinnedBegin = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE";
 
 const char *conn_state_name(PgConn::State s);
+
+// Whether the server's answer to a session's setup will be the same for the next session.
+// No SQLSTATE (the connection broke), class 08, 57P01-57P03 (shut down, starting up) and
+// 25006 (read-only: a standby, a failover under way) are a server in motion, not a refusal.
+bool setup_refusal_repeats(const std::string &sqlstate);
 
 }  // namespace qsw

@@ -1,5 +1,7 @@
 #include "pg/pool.hpp"
 
+#include "base/log_limit.hpp"
+
 #include <algorithm>
 #include <random>
 
@@ -174,16 +176,44 @@ void Pool::on_ready(PgConn &ready) {
     down_since_ms_ = 0;
     if (!db_up_) {
         db_up_ = true;
-        if (down_logged_ || !ever_up_) log_.info("database connection up");
+        // Sessions refused in a row: one passing setup proves nothing (the next call meets
+        // the same server), so the others keep their place behind the pool's fault gate.
+        const bool refusing = fault_gate_.faults > 0 && fault_gate_.last_fault_ms >= 0 &&
+                              static_cast<int64_t>(uv_now(loop_)) - fault_gate_.last_fault_ms < kSessionFaultQuietMs;
+        if (refusing) log_.limited(QUEEN_SWEEPER_LOG_INFO, "pool|up-between-refusals", "database connection up",
+                                   static_cast<int64_t>(uv_now(loop_)));
+        else if (down_logged_ || !ever_up_) log_.info("database connection up");
         const bool was_down = ever_up_;
         ever_up_ = true;
         down_logged_ = false;
         // The others are waiting out a backoff: the database answers, so try them now.
-        for (auto &o : conns_)
-            if (o.get() != &ready && o->state() == PgConn::State::down) o->connect_after(0);
+        if (!refusing)
+            for (auto &o : conns_)
+                if (o.get() != &ready && o->state() == PgConn::State::down) o->connect_after(0);
         if (was_down && opts_.on_up) opts_.on_up();
     }
     dispatch();
+}
+
+int64_t session_fault_spacing_ms(int faults, double jitter) {
+    const int shift = std::clamp(faults - 1, 0, 7);
+    const int64_t base = std::min<int64_t>(kSessionFaultCapMs, int64_t(100) << shift);
+    if (!(jitter >= 0.0 && jitter <= 1.0)) jitter = 0.0;
+    return base / 2 + static_cast<int64_t>(jitter * static_cast<double>(base / 2));
+}
+
+SessionFaultStep session_fault_step(SessionFaultGate g, int64_t now_ms, double jitter) {
+    const bool in_row = g.last_fault_ms >= 0 && now_ms >= g.last_fault_ms && now_ms - g.last_fault_ms < kSessionFaultQuietMs;
+    const int faults = in_row ? std::min(g.faults, 1000) + 1 : 1;
+    // Behind every session already waiting for its turn, never more than a few caps away
+    // (a gate left far ahead by a clock that jumped must not park the pool).
+    int64_t after = in_row ? std::max(now_ms, g.next_open_ms) : now_ms;
+    after = std::min(after, now_ms + 8 * kSessionFaultCapMs);
+    const int64_t open = after + session_fault_spacing_ms(faults, jitter);
+    SessionFaultStep s;
+    s.next = SessionFaultGate{faults, now_ms, open};
+    s.delay_ms = open - now_ms;
+    return s;
 }
 
 int64_t reconnect_delay_ms(int failures, int64_t outage_ms, double jitter) {
@@ -207,26 +237,45 @@ void Pool::on_broken(PgConn &c, const std::string &why, bool while_connecting) {
         auto s = o->state();
         if (s == PgConn::State::idle || s == PgConn::State::busy || s == PgConn::State::setup) usable = true;
     }
+    const int64_t now_ms = static_cast<int64_t>(uv_now(loop_));
+    if (c.refused()) {
+        ++setup_failures_total_;
+        log_.limited(QUEEN_SWEEPER_LOG_WARN, log_cause("session", "", why),
+                     "the server refused a session (" + why + "); new sessions are opened one at a time, up to " +
+                         std::to_string(kSessionFaultCapMs / 1000) + " s apart",
+                     now_ms);
+    }
     if (!usable) {
         db_up_ = false;
         if (consecutive_failures_ > 0) {
-            if (!down_logged_) {
+            if (!down_logged_ && !c.refused()) {
                 log_.warn("database unavailable (" + why + "); reconnecting with backoff");
                 down_logged_ = true;
             }
             fail_connection_waiters("database unavailable: " + why);
         }
     }
+    static thread_local std::minstd_rand rng{std::random_device{}()};
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    if (c.refused()) {
+        // The server will answer the next session the same way: paced per pool.
+        const SessionFaultStep st = session_fault_step(fault_gate_, now_ms, jitter(rng));
+        fault_gate_ = st.next;
+        last_reconnect_delay_ms_ = st.delay_ms;
+        c.connect_after(st.delay_ms);
+        return;
+    }
     if (!while_connecting) {
+        last_reconnect_delay_ms_ = 0;
         c.connect_after(0);
         return;
     }
     // Exponential backoff with jitter while the server keeps refusing (reconnect_delay_ms).
-    static thread_local std::minstd_rand rng{std::random_device{}()};
     const uint64_t now = uv_now(loop_);
     if (down_since_ms_ == 0) down_since_ms_ = now;
-    std::uniform_real_distribution<double> jitter(0.0, 1.0);
-    c.connect_after(reconnect_delay_ms(consecutive_failures_, static_cast<int64_t>(now - down_since_ms_), jitter(rng)));
+    last_reconnect_delay_ms_ =
+        reconnect_delay_ms(consecutive_failures_, static_cast<int64_t>(now - down_since_ms_), jitter(rng));
+    c.connect_after(last_reconnect_delay_ms_);
 }
 
 void Pool::shutdown(const std::string &why) {
@@ -291,6 +340,11 @@ PoolFigures Pool::figures() const {
         f.lane_calls_total[l] = lane_calls_[l];
     }
     f.max_slot_wait_ms = max_slot_wait_ms_;
+    f.setup_failures_total = setup_failures_total_;
+    const bool quiet = fault_gate_.last_fault_ms < 0 ||
+                       static_cast<int64_t>(uv_now(loop_)) - fault_gate_.last_fault_ms >= kSessionFaultQuietMs;
+    f.session_faults_in_row = quiet ? 0 : fault_gate_.faults;
+    f.reconnect_delay_ms = last_reconnect_delay_ms_;
     return f;
 }
 

@@ -36,6 +36,35 @@ const char *lane_name(Lane l);
 // and at 5 s after it (a database that is down for long is not hammered). Never below 25 ms.
 int64_t reconnect_delay_ms(int failures, int64_t outage_ms, double jitter);
 
+// A session the server accepted and then refused with an answer it will repeat (its setup
+// failed with a SQLSTATE, say 57014 under a role's statement_timeout of 1 ms, or a call left
+// it in a failed transaction) is no sign the database is back: the next session meets the
+// same answer. Such sessions are opened one at a time per pool, spaced by
+// session_fault_spacing_ms: 100 ms doubling (jittered down to half), at least a second
+// apart from the sixth fault in a row (about three seconds in), capped at 5 s like a long
+// outage; a session that passes its setup in between resets nothing. A failover never lands
+// here: a refused connect, a lost connection, a read-only server (25006) and the server
+// ending sessions (class 08, 57P0x) keep reconnect_delay_ms and its short cap.
+constexpr int64_t kSessionFaultCapMs = 5000;
+// Faults this far apart are no longer "in a row": the spacing starts short again.
+constexpr int64_t kSessionFaultQuietMs = 60000;
+
+struct SessionFaultGate {
+    int faults = 0;               // refused sessions in a row
+    int64_t last_fault_ms = -1;   // loop clock of the last one (-1: none yet)
+    int64_t next_open_ms = 0;     // the earliest instant the pool opens the next session
+};
+
+struct SessionFaultStep {
+    SessionFaultGate next;
+    int64_t delay_ms = 0;  // from now until this connection may open its next session
+};
+
+// The spacing after `faults` refused sessions in a row, jitter in [0, 1] (half to all of it).
+int64_t session_fault_spacing_ms(int faults, double jitter);
+// One more refused session at now_ms: its connection's delay and the pool's new gate.
+SessionFaultStep session_fault_step(SessionFaultGate g, int64_t now_ms, double jitter);
+
 struct PoolOptions {
     std::string conninfo;
     int pool_size = 4;
@@ -57,6 +86,11 @@ struct PoolFigures {
     std::array<int, kLaneCount> slots_in_use{}, slots{}, waiting_for_slot{};
     std::array<int64_t, kLaneCount> lane_calls_total{};
     int64_t max_slot_wait_ms = 0;
+    // Sessions the server accepted and then refused (setup failed with a SQLSTATE, or a
+    // call left them in a failed transaction); and the delay the last reconnect waited for.
+    int64_t setup_failures_total = 0;
+    int session_faults_in_row = 0;
+    int64_t reconnect_delay_ms = 0;
 };
 
 class Pool {
@@ -111,6 +145,8 @@ private:
     bool shut_ = false;
     int consecutive_failures_ = 0;
     uint64_t down_since_ms_ = 0;  // loop clock of the first refused attempt of this outage
+    SessionFaultGate fault_gate_;
+    int64_t setup_failures_total_ = 0, last_reconnect_delay_ms_ = 0;
     std::string last_error_;
     int64_t connects_total_ = 0, disconnects_total_ = 0, deadline_cancels_total_ = 0;
     int64_t calls_total_ = 0, calls_failed_total_ = 0, max_slot_wait_ms_ = 0;

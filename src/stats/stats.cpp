@@ -126,6 +126,7 @@ nlohmann::json Stats::to_json() {
     j["idle_cycles"] = x.idle_cycles;
     j["cycle_errors_total"] = x.cycle_errors_total;
     j["loop_failures_total"] = x.loop_failures_total;
+    j["log_lines_suppressed_total"] = x.log_lines_suppressed_total;
     j["inflate_deferred_total"] = x.inflate_deferred_total;
     j["last_error"] = x.last_error;
     nlohmann::json errors = nlohmann::json::object();
@@ -178,6 +179,9 @@ nlohmann::json Stats::to_json() {
                  {"calls_failed_total", p.calls_failed_total},
                  {"waiting_for_connection", p.waiting_for_connection},
                  {"max_slot_wait_ms", p.max_slot_wait_ms},
+                 {"setup_failures_total", p.setup_failures_total},
+                 {"session_faults_in_row", p.session_faults_in_row},
+                 {"reconnect_delay_ms", p.reconnect_delay_ms},
                  {"lanes", lanes}};
     j["loop_close_rc"] = x.loop_close_rc;
     j["teardown_clean"] = x.teardown_clean;
@@ -291,6 +295,9 @@ std::string Stats::to_prometheus() {
         .sample(x.cycle_errors_total);
     m.family("loop_failures_total", "counter", "Times the loop ended on an internal error (state failed).")
         .sample(x.loop_failures_total);
+    m.family("log_lines_suppressed_total", "counter",
+             "Log lines of a repeating failure left out; each cause says its count once per 10 s.")
+        .sample(x.log_lines_suppressed_total);
     m.family("inflate_deferred_total", "counter",
              "payload_zstd timers handed back because inflating them would pass the per-call budget.")
         .sample(x.inflate_deferred_total);
@@ -492,6 +499,13 @@ std::string Stats::to_prometheus() {
     m.family("pool_calls_failed_total", "counter", "Database calls that failed.").sample(p.calls_failed_total);
     m.family("pool_max_slot_wait_seconds", "gauge", "Longest wait for an admission slot.")
         .sample(secs(p.max_slot_wait_ms));
+    m.family("pool_setup_failures_total", "counter",
+             "Sessions the server accepted and then refused with an answer it repeats (spaced out).")
+        .sample(p.setup_failures_total);
+    m.family("pool_session_faults_in_row", "gauge", "Refused sessions in a row (0 after a minute without one).")
+        .sample(static_cast<int64_t>(p.session_faults_in_row));
+    m.family("pool_reconnect_delay_seconds", "gauge", "The delay the last reconnect waited for.")
+        .sample(secs(p.reconnect_delay_ms));
     {
         auto slots = m.family("pool_lane_slots", "gauge", "Admission slots per lane.");
         for (int l = 0; l < kLaneCount; ++l)

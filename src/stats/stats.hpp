@@ -221,6 +221,9 @@ struct Figures {
     int64_t fire_lag_max_ms = 0;
     int64_t cycle_errors_total = 0;
     int64_t loop_failures_total = 0;
+    // Log lines of a repeating failure left out (each cause's count is said once per
+    // kLogRepeatIntervalMs instead, base/log_limit.hpp).
+    int64_t log_lines_suppressed_total = 0;
     int64_t inflate_deferred_total = 0;  // payload_zstd rows handed back over the inflation budget  // the loop ended on an internal error (state "failed")
     std::string last_error;
     // Health: errors by phase and class, and cycles in which any phase failed.

@@ -215,10 +215,10 @@ void Sweeper::cycle_failed(const std::string &phase, const PgResult &r) {
     }
     const std::string msg = phase + " failed (" + error_class_name(c) +
                             (r.sqlstate.empty() ? "" : ", SQLSTATE " + r.sqlstate) + "): " + r.message;
-    if (msg != backoff_.last_logged) {
-        log_.warn(msg + "; retrying in " + std::to_string(backoff_.ms) + " ms");
-        backoff_.last_logged = msg;
-    }
+    // Once per cause per interval, with its count (base/log_limit.hpp): the retry delay and
+    // any count in the message change from one failure to the next, the cause does not.
+    log_.limited(QUEEN_SWEEPER_LOG_WARN, log_cause(phase, r.sqlstate, r.message),
+                 msg + "; retrying in " + std::to_string(backoff_.ms) + " ms", static_cast<int64_t>(uv_now(&loop_)));
 }
 
 }  // namespace qsw

@@ -24,7 +24,6 @@ struct CycleState {
 struct ErrorBackoff {
     int64_t ms = 0;
     bool transient = false;    // the last failure was transient (database unreachable)
-    std::string last_logged;   // a failure that repeats is logged once
 };
 
 }  // namespace qsw

@@ -429,10 +429,13 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
     // A fire refused for a reason no timer owns: the rest of this claim goes back too.
     fire_refused_ = false;
     co_await hand_back_claim(rows, "a refused fire");
-    ctx_.log.error("fire refused (" + std::string(is_internal(fire_refused_error_) ? "internal" : "configuration") +
-                   (fire_refused_error_.sqlstate.empty() ? "" : ", SQLSTATE " + fire_refused_error_.sqlstate) +
-                   "): " + fire_refused_error_.message +
-                   "; no timer spends an attempt on it, the claims were handed back, the fire backs off");
+    ctx_.log.limited(QUEEN_SWEEPER_LOG_ERROR,
+                     log_cause("fire-refused", fire_refused_error_.sqlstate, fire_refused_error_.message),
+                     "fire refused (" + std::string(is_internal(fire_refused_error_) ? "internal" : "configuration") +
+                         (fire_refused_error_.sqlstate.empty() ? "" : ", SQLSTATE " + fire_refused_error_.sqlstate) +
+                         "): " + fire_refused_error_.message +
+                         "; no timer spends an attempt on it, the claims were handed back, the fire backs off",
+                     static_cast<int64_t>(ctx_.now()));
     p.acc.failed = true;
     ctx_.cycle_failed("fire", fire_refused_error_);
     co_return false;
@@ -661,9 +664,13 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
     const FailedFire what = failed_fire(in);
     if (what != FailedFire::busy && what != FailedFire::hand_back) {
         ctx_.note_error("fire", r);
-        ctx_.log.warn("fire of " + std::to_string(all.size()) + " timer(s) in " + std::to_string(batch.segments.size()) +
-                      " segment(s) failed (" + error_class_name(cls) +
-                      (r.sqlstate.empty() ? "" : ", SQLSTATE " + r.sqlstate) + "): " + r.message);
+        // A fire that fails for a reason that repeats (a full tablespace) fails every call:
+        // said at once, then once per cause per interval with its count (base/log_limit.hpp).
+        ctx_.log.limited(QUEEN_SWEEPER_LOG_WARN, log_cause("fire", r.sqlstate, r.message),
+                         "fire of " + std::to_string(all.size()) + " timer(s) in " +
+                             std::to_string(batch.segments.size()) + " segment(s) failed (" + error_class_name(cls) +
+                             (r.sqlstate.empty() ? "" : ", SQLSTATE " + r.sqlstate) + "): " + r.message,
+                         static_cast<int64_t>(ctx_.now()));
     }
     switch (what) {
     case FailedFire::park:

@@ -286,8 +286,12 @@ void Sweeper::on_stop_signal() {
 void Sweeper::publish_pool() {
     if (!pool_) return;
     PoolFigures p = pool_->figures();
+    // Counts of repeating failures whose interval ended are said here, once a cycle at least.
+    log_.flush_limited(static_cast<int64_t>(uv_now(&loop_)));
+    const int64_t suppressed = log_.suppressed_total();
     std::lock_guard<std::mutex> g(stats_.mu);
     stats_.f.pool = std::move(p);
+    stats_.f.log_lines_suppressed_total = suppressed;
 }
 
 void Sweeper::note_error(const std::string &phase, const PgResult &r) {

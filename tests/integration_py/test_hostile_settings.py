@@ -159,3 +159,114 @@ def test_setup_failure_backs_off_is_visible_and_stop_is_bounded(q, sweepers, rol
     assert st["state"] == "stopped"
     assert st["teardown_clean"] is True
     h.sw.close()
+
+
+# "A fault costs little and says so once" (issue 37). Measured windows start after the first
+# seconds (the spacing starts short, for a blip) and the bounds are an order of magnitude
+# above what the pacing allows, so a slow machine does not trip them; without the pacing
+# the same window saw ~380 sessions and a warning per failed call.
+WARMUP_S = 5
+WINDOW_S = 20
+
+
+def _sessions(admin):
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return cur.fetchone()[0]
+
+
+def _lines(h, needle):
+    with h._lock:
+        return [m for _t, _lvl, m in h.logs if needle in m]
+
+
+def _metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"metric {name} missing")
+
+
+def test_a_session_setup_the_server_always_refuses_is_paced_and_said_once(q, sweepers, role_with,
+                                                                         connections):
+    ci = role_with("statement_timeout", "1")
+    admin = connections()
+    # A 1 ms statement_timeout alone fails at random (an idle machine answers most statements
+    # within it); JIT for every statement makes the session's pins take longer every time,
+    # so the server refuses every session the same way (57014).
+    role = next(p.split("=", 1)[1] for p in ci.split() if p.startswith("user="))
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_jit_available()")
+        assert cur.fetchone()[0], "this test needs the server's JIT (postgresql-15 ships llvmjit)"
+        cur.execute(f'ALTER ROLE "{role}" SET jit_above_cost = 0')
+    q.schedule([op_schedule(QUEUE, f"t{i}", b"x", txn=f"t{i}") for i in range(20)])
+    h = sweepers("settings-refused-setup", conninfo=ci, apply_schema=False)
+    h.start()
+    time.sleep(WARMUP_S)
+    st0 = h.stats()["pool"]
+    s0 = _sessions(admin)
+    time.sleep(WINDOW_S)
+    st = h.stats()
+    s1 = _sessions(admin)
+    pool = st["pool"]
+    opened = pool["disconnects_total"] - st0["disconnects_total"] + pool["connections"] - pool["down"]
+    refused = _lines(h, "the server refused a session")
+    print(f"\n[settings] statement_timeout=1ms, {WINDOW_S}s after {WARMUP_S}s: sessions ended "
+          f"{pool['disconnects_total'] - st0['disconnects_total']}, pg_stat_database.sessions "
+          f"+{s1 - s0}, setup_failures_total={pool['setup_failures_total']}, "
+          f"reconnect_delay_ms={pool['reconnect_delay_ms']}, refusal lines={len(refused)}, "
+          f"log_lines_suppressed_total={st['log_lines_suppressed_total']}")
+    # The server really refused sessions (the test cannot pass vacuously)...
+    assert pool["setup_failures_total"] >= 3, pool
+    # ...and at most about one session a second was opened: the pool's spacing reaches 5 s,
+    # so ~6 in twenty seconds; 40 leaves a slow machine room. The server's own count agrees
+    # (it also counts the test's one inspection session).
+    assert opened < 40, pool
+    assert s1 - s0 < 40, (s0, s1)
+    # Said once per cause per 10 s with a count, not once per refused session.
+    assert 1 <= len(refused) <= WARMUP_S + WINDOW_S // 10 + 2, refused
+    assert len(refused) < pool["setup_failures_total"], (refused, pool)
+    assert any("(repeated " in m and "in the last" in m for m in refused), refused
+    assert st["log_lines_suppressed_total"] > 0, st
+    assert st.get("db_last_error"), "a refused session must say why"
+    metrics = h.sw.metrics()
+    assert _metric(metrics, "queen_sweeper_pool_setup_failures_total") >= pool["setup_failures_total"]
+    assert _metric(metrics, "queen_sweeper_log_lines_suppressed_total") > 0
+    assert _metric(metrics, "queen_sweeper_pool_reconnect_delay_seconds") >= 0
+    assert_clean_stop(h)
+
+
+def test_a_fire_failing_on_a_full_disk_is_logged_once_per_interval_with_a_count(q, sweepers):
+    # What a full tablespace answers (53100 disk_full, class 53: transient, so the fire keeps
+    # retrying), raised where the fire deletes its timers.
+    q.q("""
+        CREATE OR REPLACE FUNCTION public.fire_test_disk_full() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            RAISE EXCEPTION 'could not extend file "base/16384/2619.3": No space left on device'
+                USING ERRCODE = '53100';
+        END $$;
+        CREATE TRIGGER fire_test_disk_full BEFORE DELETE ON queen.log_timers
+            FOR EACH ROW EXECUTE FUNCTION public.fire_test_disk_full();
+    """)
+    q.schedule([op_schedule(QUEUE, f"diskfull-key-{i}", b"payload-secret", txn=f"t{i}") for i in range(30)])
+    h = sweepers("settings-disk-full")
+    h.start()
+    time.sleep(WARMUP_S + WINDOW_S)
+    st = h.stats()
+    failures = st["fire_failures"]["transient"]
+    lines = _lines(h, "No space left on device")
+    print(f"\n[settings] disk full for {WARMUP_S + WINDOW_S}s: fire failures {failures}, "
+          f"lines naming it {len(lines)}, log_lines_suppressed_total={st['log_lines_suppressed_total']}")
+    assert failures >= 10, st["fire_failures"]  # it really failed again and again
+    # Once at first, then at most once per cause per 10 s (the fire's own line and the
+    # cycle's "fire failed ... retrying" line are two causes).
+    assert 1 <= len(lines) <= 2 * ((WARMUP_S + WINDOW_S) // 10 + 2), lines
+    assert any("(repeated " in m for m in lines), lines
+    assert st["log_lines_suppressed_total"] > 0, st
+    with h._lock:
+        text = "\n".join(m for _t, _l, m in h.logs)
+    assert "diskfull-key" not in text and "payload-secret" not in text  # never a key or payload
+    assert_clean_stop(h)
+    assert q.timers_left() == 30  # nothing fired, nothing lost
