@@ -28,9 +28,8 @@ if _KIT not in sys.path:
 import psycopg2  # noqa: E402
 import pytest  # noqa: E402
 
-from queenkit import (Handle, Queen, apply_schema_via_sweeper, connect, env_conninfo,  # noqa: E402
-                      reset_tables, sweeper_config)
-from queen_sweeper import Sweeper  # noqa: E402
+from queenkit import (Queen, Sweepers, apply_schema_via_sweeper, connect, env_conninfo,  # noqa: E402
+                      reset_tables)
 
 
 @pytest.fixture(scope="session")
@@ -105,24 +104,10 @@ def q(connections, broker_conninfo):
 
 @pytest.fixture
 def sweepers(sweeper_conninfo, schema):
-    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started), logged
-    in as the queen_sweeper role (a `conninfo` knob overrides it). apply_schema is off by
-    default here: the schema fixture applied it, and the sweeper role may not run DDL.
-    Whatever a test leaves running is stopped and closed at teardown."""
-    made: list[Handle] = []
-
-    def make(broker_id, *, fired=None, **knobs):
-        knobs = {"apply_schema": False, **knobs}
-        h = Handle(Sweeper(**sweeper_config(sweeper_conninfo, broker_id, knobs)), broker_id)
-        h.sw.on_log(h.on_log)
-        if fired is not None:
-            h.sw.on_fired(fired)
-        made.append(h)
-        return h
-
+    """make(broker_id, *, fired=None, **knobs) -> Handle (created, log callback set, NOT
+    started), logged in as the queen_sweeper role (a `conninfo` knob overrides it).
+    apply_schema is off by default here: the schema fixture applied it, and the sweeper role
+    may not run DDL. Whatever a test leaves running is stopped and closed at teardown."""
+    make = Sweepers(sweeper_conninfo)
     yield make
-    for h in made:
-        try:
-            h.sw.close()
-        except Exception:
-            pass
+    make.close_all()

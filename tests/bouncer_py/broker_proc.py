@@ -6,13 +6,11 @@ every 200 ms (write + rename), a graceful stop on SIGTERM.
 """
 
 import argparse
-import signal
 import sys
-import threading
 
 # tests/kit is on PYTHONPATH: the test that starts this process imported the kit, which put
 # it there, and the child inherits it.
-from queenkit import Sweeper, knob, serve
+from queenkit import Sweeper, knob, serve, stop_event
 
 
 def main() -> int:
@@ -24,8 +22,7 @@ def main() -> int:
                     help="an integer configuration key, e.g. sweeper_claim_batch_max=200")
     args = ap.parse_args()
     knobs = dict(args.knob)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done = stop_event()
     sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=False, read_env=False,
                  log_level="warn", **knobs)
     sw.on_log(lambda level, msg: print(f"[{args.broker_id} {level}] {msg}", file=sys.stderr, flush=True))

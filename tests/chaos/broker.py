@@ -13,11 +13,10 @@ import argparse
 import os
 import signal
 import sys
-import threading
 
 # tests/kit is on PYTHONPATH: the test that starts this process imported the kit, which put
 # it there, and the child inherits it.
-from queenkit import Sweeper, serve
+from queenkit import Sweeper, serve, stop_event
 
 
 def main() -> int:
@@ -32,9 +31,7 @@ def main() -> int:
     ap.add_argument("--apply-schema", action="store_true")
     args = ap.parse_args()
 
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done = stop_event(signal.SIGTERM, signal.SIGINT)
 
     def log(level, message):
         print(f"[{args.broker_id} sweeper {level}] {message}", file=sys.stderr, flush=True)

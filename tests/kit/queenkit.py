@@ -1,11 +1,11 @@
 """The Python test kit: what every Python suite of this repository shares.
 
 Connections (connect, as_user), clocks (now_ms), waiting (wait_for), scheduling (op_schedule,
-op_reschedule, op_cancel, Queen), sweepers (sweeper_config, make_sweeper, Handle, FiredLog,
-assert_clean_stop), the schema (schema_ready, wait_schema, apply_schema_via_sweeper,
+op_reschedule, op_cancel, Queen), sweepers (sweeper_config, make_sweeper, Sweepers, Handle,
+FiredLog, assert_clean_stop), the schema (schema_ready, wait_schema, apply_schema_via_sweeper,
 apply_sql_files), reading back what was delivered (delivered_once, backend_of), the scripts
-(sh, parse_exports, closed_port, env_for_scripts) and the broker processes (knob, dump_stats,
-serve). Next to it, cutproxy.py (a TCP proxy that cuts connections; the integration and
+(sh, parse_exports, closed_port, env_for_scripts) and the broker processes (knob, stop_event,
+dump_stats, serve). Next to it, cutproxy.py (a TCP proxy that cuts connections; the integration and
 failover suites use it). Suite-specific helpers stay in their suites (tests/subclocks'
 conftest, bouncerkit, hakit, patronikit, _benchlib; tests/sql's sqlkit and tests/upgrade
 have not moved to the kit yet: its connect(conninfo="", **params) takes sqlkit's keyword
@@ -408,14 +408,43 @@ def sweeper_config(conninfo, broker_id, knobs=None, *, apply_schema=True):
     return cfg
 
 
-def make_sweeper(conninfo, broker_id, fired=None, **knobs):
-    """The sweeper factory: a Handle (created, log callback set, on_fired set when given,
-    NOT started) of sweeper_config(conninfo, broker_id, knobs)."""
-    h = Handle(Sweeper(**sweeper_config(conninfo, broker_id, knobs)), broker_id)
+def _new_handle(cfg, fired):
+    h = Handle(Sweeper(**cfg), cfg["broker_id"])
     h.sw.on_log(h.on_log)
     if fired is not None:
         h.sw.on_fired(fired)
     return h
+
+
+def make_sweeper(conninfo, broker_id, fired=None, **knobs):
+    """The sweeper factory: a Handle (created, log callback set, on_fired set when given,
+    NOT started) of sweeper_config(conninfo, broker_id, knobs)."""
+    return _new_handle(sweeper_config(conninfo, broker_id, knobs), fired)
+
+
+class Sweepers:
+    """The sweeper factory of the fixtures: make(broker_id, *, fired=None,
+    conninfo_override=None, **knobs) -> Handle (created, log callback set, on_fired set when
+    given, NOT started) of sweeper_config on `conninfo` (or conninfo_override; a `conninfo`
+    knob overrides both), apply_schema off unless a knob turns it on; close_all() closes
+    every one made (the teardown)."""
+
+    def __init__(self, conninfo):
+        self.conninfo = conninfo
+        self.made: list[Handle] = []
+
+    def __call__(self, broker_id, *, fired=None, conninfo_override=None, **knobs):
+        knobs = {"apply_schema": False, **knobs}
+        h = _new_handle(sweeper_config(conninfo_override or self.conninfo, broker_id, knobs), fired)
+        self.made.append(h)
+        return h
+
+    def close_all(self):
+        for h in self.made:
+            try:
+                h.sw.close()
+            except Exception:
+                pass
 
 
 def assert_clean_stop(h: Handle, timeout_ms=15000):
@@ -536,6 +565,15 @@ def knob(text):
         return name, int(value)
     except ValueError:
         return name, {"true": True, "false": False}.get(value, value)
+
+
+def stop_event(*signals):
+    """An Event set by any of `signals` (default SIGTERM): the broker process's graceful stop."""
+    import signal
+    done = threading.Event()
+    for sig in signals or (signal.SIGTERM,):
+        signal.signal(sig, lambda *_: done.set())
+    return done
 
 
 def dump_stats(sw, path):

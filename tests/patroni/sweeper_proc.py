@@ -12,14 +12,13 @@ it gracefully (10 s), writes the final stats and exits 0.
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import time
 
 # tests/kit is on PYTHONPATH: the suite's own process put it there (importing the kit), and
 # this process inherits it.
-from queenkit import Sweeper, knob, serve
+from queenkit import Sweeper, knob, serve, stop_event
 
 
 def main() -> int:
@@ -30,8 +29,7 @@ def main() -> int:
     ap.add_argument("--knob", action="append", type=knob, default=[], metavar="KEY=INT")
     args = ap.parse_args()
     knobs = dict(args.knob)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done = stop_event()
 
     fired_f = open(args.out + ".fired.jsonl", "a", buffering=1)
     log_f = open(args.out + ".log", "a", buffering=1)

@@ -11,11 +11,10 @@ parse as integers), so a soak can vary a setting without a new build.
 import argparse
 import signal
 import sys
-import threading
 
 # tests/kit is on PYTHONPATH: tests/soak/soak imported the kit, which put it there, and this
 # child inherits it.
-from queenkit import Sweeper, knob, serve
+from queenkit import Sweeper, knob, serve, stop_event
 
 
 def main() -> int:
@@ -26,9 +25,7 @@ def main() -> int:
     ap.add_argument("--knob", action="append", type=knob, default=[])
     args = ap.parse_args()
 
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done = stop_event(signal.SIGTERM, signal.SIGINT)
 
     def log(level, message):
         print(f"[{args.broker_id} L{level}] {message}", file=sys.stderr, flush=True)

@@ -31,8 +31,7 @@ import psycopg2
 import pytest
 
 import queenkit
-from queenkit import (PG_SCRIPT, Handle, Sweeper, apply_sql_files, connect, parse_exports,
-                      reset_tables, sweeper_config)
+from queenkit import PG_SCRIPT, Sweepers, apply_sql_files, connect, parse_exports, reset_tables
 
 TENANT_B = "00000000-0000-0000-0000-0000000000b2"
 
@@ -147,26 +146,13 @@ def q(connections, conninfo, broker_conninfo):
 
 @pytest.fixture
 def sweepers(sweeper_conninfo, q):
-    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started), logged
-    in as the queen_sweeper role unless a test overrides the conninfo; apply_schema off (the
-    fixtures own the schema: a test may drop a function).
+    """make(broker_id, *, conninfo_override=None, **knobs) -> Handle (created, log callback
+    set, NOT started), logged in as the queen_sweeper role unless a test overrides the
+    conninfo; apply_schema off (the fixtures own the schema: a test may drop a function).
     Depends on q so that every sweeper is closed before the tables are emptied."""
-    made: list[Handle] = []
-
-    def make(broker_id, *, conninfo_override=None, **knobs):
-        h = Handle(Sweeper(**sweeper_config(conninfo_override or sweeper_conninfo, broker_id,
-                                            knobs, apply_schema=False)),
-                   broker_id)
-        h.sw.on_log(h.on_log)
-        made.append(h)
-        return h
-
+    make = Sweepers(sweeper_conninfo)
     yield make
-    for h in made:
-        try:
-            h.sw.close()
-        except Exception:
-            pass
+    make.close_all()
 
 
 # ---------------------------------------------------------------------------------------
