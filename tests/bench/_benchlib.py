@@ -19,6 +19,17 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TENANT = "00000000-0000-0000-0000-000000000001"
 
+# The shared test kit (tests/kit/queenkit.py): connections come from it, and importing it
+# puts bindings/python on sys.path and on PYTHONPATH for the benchmarks' child processes.
+# (Only the library is loaded late, by the first Sweeper: ensure_library() comes first.)
+sys.path.insert(0, os.path.join(ROOT, "tests", "kit"))
+from queenkit import connect  # noqa: E402,F401 - B.connect(conninfo, autocommit=True)
+try:
+    import psycopg2  # noqa: F401 - the kit's connect imports it when first called
+except ImportError as e:  # pragma: no cover - environment problem
+    raise SystemExit(f"the benchmarks need Debian's psycopg2 (apt-get install python3-psycopg2; "
+                     f"tests/run installs it with the rest of its packages): {e}")
+
 
 def say(*parts) -> None:
     print(*parts, flush=True)
@@ -53,13 +64,8 @@ def ensure_library() -> str:
 
 
 def import_binding():
-    path = os.path.join(ROOT, "bindings", "python")
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    existing = os.environ.get("PYTHONPATH", "")
-    if path not in existing.split(os.pathsep):
-        os.environ["PYTHONPATH"] = path + (os.pathsep + existing if existing else "")
-    import queen_sweeper  # noqa: WPS433 - after the path is set
+    """The binding of this tree (the kit put bindings/python first on sys.path)."""
+    import queen_sweeper  # noqa: WPS433
     return queen_sweeper
 
 
@@ -123,17 +129,6 @@ def conninfo_fields(conninfo: str) -> dict:
         key, _, value = item.partition("=")
         out[key.strip()] = value
     return out
-
-
-def connect(conninfo: str, autocommit: bool = True):
-    try:
-        import psycopg2
-    except ImportError:
-        raise SystemExit("the benchmarks need Debian's psycopg2 (apt-get install python3-psycopg2; "
-                         "tests/run installs it with the rest of its packages)")
-    conn = psycopg2.connect(conninfo)
-    conn.autocommit = autocommit
-    return conn
 
 
 def apply_schema(conn, sql_dir: str = None) -> None:

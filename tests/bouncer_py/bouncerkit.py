@@ -1,18 +1,13 @@
 """Helpers of the bouncer suite. The generic ones (scripts, sweepers, reading the log) are
-the failover suite's (tests/failover/failkit.py); this adds what is about the bouncer."""
+the shared test kit's (tests/kit/queenkit.py, re-exported here); this adds what is about
+the bouncer."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
-_FAILOVER = Path(__file__).resolve().parents[1] / "failover"
-if str(_FAILOVER) not in sys.path:
-    sys.path.insert(0, str(_FAILOVER))
-
-from failkit import *  # noqa: E402,F401,F403
-from failkit import ROOT, Queen, connect  # noqa: E402
+from queenkit import *  # noqa: F401,F403
+from queenkit import ROOT, Queen, connect
 
 
 def queen(bouncer_env, direct_conninfo):

@@ -6,16 +6,11 @@ every 200 ms (write + rename), a graceful stop on SIGTERM.
 """
 
 import argparse
-import json
-import os
-import signal
 import sys
-import threading
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
-
-from queen_sweeper import Sweeper  # noqa: E402
+# tests/kit is on PYTHONPATH: the test that starts this process imported the kit, which put
+# it there, and the child inherits it.
+from queenkit import Sweeper, knob, serve, stop_event
 
 
 def main() -> int:
@@ -23,30 +18,16 @@ def main() -> int:
     ap.add_argument("--broker-id", required=True)
     ap.add_argument("--stats", required=True)
     ap.add_argument("--conninfo", required=True)
-    ap.add_argument("--knob", action="append", default=[], metavar="KEY=INT",
+    ap.add_argument("--knob", action="append", type=knob, default=[], metavar="KEY=INT",
                     help="an integer configuration key, e.g. sweeper_claim_batch_max=200")
     args = ap.parse_args()
-    knobs = {k: int(v) for k, v in (x.split("=", 1) for x in args.knob)}
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    knobs = dict(args.knob)
+    done = stop_event()
     sw = Sweeper(conninfo=args.conninfo, broker_id=args.broker_id, apply_schema=False, read_env=False,
                  log_level="warn", **knobs)
     sw.on_log(lambda level, msg: print(f"[{args.broker_id} {level}] {msg}", file=sys.stderr, flush=True))
     sw.start()
-    tmp = args.stats + ".tmp"
-
-    def dump():
-        with open(tmp, "w") as f:
-            json.dump(sw.stats(), f)
-        os.replace(tmp, args.stats)
-
-    while not done.wait(0.2):
-        dump()
-    try:
-        sw.stop(10000)
-    finally:
-        dump()
-        sw.close()
+    serve(sw, args.stats, done, every=0.2, stop_timeout_ms=10000)
     return 0
 
 

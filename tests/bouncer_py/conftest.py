@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from bouncerkit import ROOT, Queen, connect, make_sweeper, sh, wait_schema, assert_clean_stop
+from queenkit import ROOT, Queen, apply_schema_via_sweeper, connect, sh
 
 POOL = 4
 
@@ -43,17 +43,10 @@ def bouncer(direct_conninfo):
         if have != 2:
             pytest.fail("the LOGIN roles queen_test_sweeper and queen_test_broker are missing: start the database "
                         "with tests/pg (it creates them)", pytrace=False)
-        # The schema, applied once through the bouncer the way a broker would.
-        h = make_sweeper(env["QUEEN_BOUNCER_CONNINFO"], "bouncer-schema")
-        h.start()
-        q = Queen(connect(direct_conninfo))
-        try:
-            wait_schema(q)
-            from bouncerkit import wait_for
-            wait_for(lambda: h.stats()["cycles_total"] >= 1, 30, 0.02, "the first cycle through the bouncer")
-        finally:
-            assert_clean_stop(h)
-            q.conn.close()
+        # The schema, applied once through the bouncer the way a broker would (checked on a
+        # direct connection), until the sweeper's first cycle through the bouncer.
+        apply_schema_via_sweeper(env["QUEEN_BOUNCER_CONNINFO"], "bouncer-schema",
+                                 check_conninfo=direct_conninfo, require_push=False)
         yield env
     finally:
         sh(ROOT / "tests" / "bouncer", "stop", d)

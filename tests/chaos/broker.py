@@ -10,16 +10,13 @@ reader never sees half a file). SIGTERM or SIGINT stops the sweeper gracefully
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
-import threading
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
-
-from queen_sweeper import Sweeper  # noqa: E402
+# tests/kit is on PYTHONPATH: the test that starts this process imported the kit, which put
+# it there, and the child inherits it.
+from queenkit import Sweeper, serve, stop_event
 
 
 def main() -> int:
@@ -34,9 +31,7 @@ def main() -> int:
     ap.add_argument("--apply-schema", action="store_true")
     args = ap.parse_args()
 
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done = stop_event(signal.SIGTERM, signal.SIGINT)
 
     def log(level, message):
         print(f"[{args.broker_id} sweeper {level}] {message}", file=sys.stderr, flush=True)
@@ -46,21 +41,7 @@ def main() -> int:
     sw.on_log(log)
     sw.start()
     print(f"{args.broker_id}: started, pid {os.getpid()}", flush=True)
-
-    tmp = args.stats + ".tmp"
-
-    def dump():
-        with open(tmp, "w") as f:
-            json.dump(sw.stats(), f)
-        os.replace(tmp, args.stats)
-
-    while not done.wait(0.2):
-        dump()
-    try:
-        sw.stop(10000)
-    finally:
-        dump()
-        sw.close()
+    serve(sw, args.stats, done, every=0.2, stop_timeout_ms=10000)
     print(f"{args.broker_id}: stopped", flush=True)
     return 0
 

@@ -22,6 +22,7 @@ skips, without them. The database is up again when the test ends, whatever happe
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -37,10 +38,8 @@ import pytest
 
 import psycopg2  # noqa: E402 - a missing driver fails the run (tests/run installs it), never a skip
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bindings" / "python"))
-
-from queen_sweeper import decode_segment, txn_hash  # noqa: E402
+import queenkit
+from queenkit import ROOT, decode_segment, now_ms, txn_hash  # noqa: F401
 
 SEED = 20261129
 BROKERS = 4
@@ -58,21 +57,8 @@ STALL_S = 45           # ... and the longest it may go without a single timer le
 APP = "queen-chaos-test"  # our own connections; pg_terminate_backend only hits queen-sweeper
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def connect(conninfo, attempts=60):
-    """A fresh autocommit connection, retried while the database restarts."""
-    for k in range(attempts):
-        try:
-            conn = psycopg2.connect(conninfo, application_name=APP)
-            conn.autocommit = True
-            return conn
-        except psycopg2.OperationalError:
-            if k == attempts - 1:
-                raise
-            time.sleep(0.5)
+# A fresh autocommit connection under our application_name, retried while the database restarts.
+connect = functools.partial(queenkit.connect, attempts=60, retry_delay=0.5, application_name=APP)
 
 
 def scalar(conninfo, sql, params=None):

@@ -12,19 +12,12 @@ import tempfile
 
 import pytest
 
-from failkit import ROOT, Queen, as_user, connect, make_sweeper, sh, wait_schema, assert_clean_stop
+from queenkit import ROOT, apply_schema_via_sweeper, as_user, connect, sh
 
 
 def _apply_schema(ci):
     """The schema, applied the way a broker does: a sweeper with apply_schema=true."""
-    h = make_sweeper(ci, "schema-apply")
-    h.start()
-    q = Queen(connect(ci))
-    try:
-        wait_schema(q)
-    finally:
-        assert_clean_stop(h)
-        q.conn.close()
+    apply_schema_via_sweeper(ci, "schema-apply", first_cycle=False, require_push=False)
 
 
 @pytest.fixture(scope="module")

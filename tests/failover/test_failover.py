@@ -12,8 +12,8 @@ import time
 import uuid
 from collections import Counter
 
-from failkit import (TENANT_A, FiredLog, Queen, assert_clean_stop, closed_port, connect, delivered_once,
-                     make_sweeper, op_schedule, sh, ROOT, wait_for, wait_schema)
+from queenkit import (TENANT_A, FiredLog, Queen, assert_clean_stop, closed_port, connect, delivered_once,
+                      make_sweeper, op_schedule, sh, ROOT, wait_for, wait_schema)
 
 N_FAILOVER = 20_000
 SPREAD_MS = 4_000

@@ -15,8 +15,8 @@ Both tests lose the connection of a fire at a chosen instant on a private cluste
 import time
 import uuid
 
-from failkit import (FiredLog, Queen, assert_clean_stop, backend_of, connect,
-                     delivered_once, make_sweeper, op_schedule, wait_for)
+from queenkit import (FiredLog, Queen, assert_clean_stop, backend_of, connect,
+                      delivered_once, make_sweeper, op_schedule, wait_for)
 
 N = 5
 

@@ -15,8 +15,8 @@ import time
 import uuid
 
 from cutproxy import CutProxy
-from failkit import (Queen, assert_clean_stop, connect, delivered_once, make_sweeper, op_schedule, sh, ROOT,
-                     wait_for)
+from queenkit import (Queen, assert_clean_stop, connect, delivered_once, make_sweeper, op_schedule, sh, ROOT,
+                      wait_for)
 
 N = 600
 LEASE_MS = 60_000

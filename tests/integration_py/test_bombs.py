@@ -17,7 +17,7 @@ import sys
 import textwrap
 import uuid
 
-from firekit import TENANT_A, op_schedule, wait_for
+from queenkit import TENANT_A, op_schedule, wait_for
 
 BOMB_BYTES = 300 << 20
 BOMBS = 20

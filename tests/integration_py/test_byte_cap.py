@@ -8,7 +8,7 @@ than the cap (300 KiB) still fires, alone in its own segment."""
 import os
 import time
 
-from firekit import TENANT_A, assert_clean_stop, decode_segment, op_schedule, wait_for
+from queenkit import TENANT_A, assert_clean_stop, decode_segment, op_schedule, wait_for
 
 CAP = 64 * 1024
 

@@ -5,7 +5,7 @@
 the backlog goes in about 8 claims instead of 40; every timer fires once; and the claim that
 finds the table short puts the batch back to 50 (stats claim_batch)."""
 
-from firekit import TENANT_A, PartitionLock, assert_clean_stop, op_schedule, wait_for
+from queenkit import TENANT_A, PartitionLock, assert_clean_stop, op_schedule, wait_for
 
 
 def test_the_claim_grows_through_a_backlog_and_shrinks_after_it(q, sweepers):

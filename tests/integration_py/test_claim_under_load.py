@@ -16,7 +16,7 @@ import json
 import threading
 import time
 
-from firekit import TENANT_A, TENANT_B, assert_clean_stop, connect, op_schedule, wait_for
+from queenkit import TENANT_A, TENANT_B, assert_clean_stop, connect, op_schedule, wait_for
 
 
 def test_a_small_tenant_is_not_held_behind_another_tenants_backlog(q, sweepers):

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-from firekit import (TENANT_A, PartitionLock, assert_clean_stop, connect, op_schedule,
+from queenkit import (TENANT_A, PartitionLock, assert_clean_stop, connect, op_schedule,
                       pg_waiting_on_locks, wait_for)
 
 

@@ -10,7 +10,7 @@ the calls it costs stay bounded. Every timer exactly once, every fire inside its
 """
 import time
 
-from firekit import PartitionLock, TENANT_A, assert_clean_stop, op_schedule, wait_for
+from queenkit import PartitionLock, TENANT_A, assert_clean_stop, op_schedule, wait_for
 
 OTHERS = 7
 PER = 100

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from firekit import (TENANT_A, TENANT_B, assert_clean_stop, op_schedule, txn_hash,
+from queenkit import (TENANT_A, TENANT_B, assert_clean_stop, op_schedule, txn_hash,
                       wait_for)
 
 

@@ -9,8 +9,8 @@ import threading
 import time
 from collections import Counter
 
-from firekit import (TENANT_A, TENANT_B, Queen, assert_clean_stop, decode_segment,
-                     op_schedule, txn_hash, wait_for)
+from queenkit import (TENANT_A, TENANT_B, Queen, assert_clean_stop, decode_segment,
+                      op_schedule, txn_hash, wait_for)
 
 N_PER_TENANT = 10_000
 PARTITIONS = 50

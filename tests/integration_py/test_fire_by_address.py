@@ -7,7 +7,7 @@ every timer is in the log once."""
 
 import pytest
 
-from firekit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
+from queenkit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
 
 N = 900
 BY_ADDRESS = "%t.ctid = ANY (v_tids)%"

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from firekit import assert_clean_stop, op_schedule, wait_for
+from queenkit import assert_clean_stop, op_schedule, wait_for
 
 IDS = ["broker-a", "broker-b", "broker-c", "broker-d", "eu-west-1:4711", "us-east-2:99",
        "queen-0", "queen-1"]

@@ -13,8 +13,8 @@ import os
 import threading
 import time
 
-from firekit import (TENANT_A, Queen, assert_clean_stop, connect, op_schedule, txn_hash,
-                     wait_for)
+from queenkit import (TENANT_A, Queen, assert_clean_stop, connect, op_schedule, txn_hash,
+                      wait_for)
 
 QUEUE = "livelock"
 PARTS = [f"p{i}" for i in range(8)]

@@ -20,7 +20,7 @@ import uuid
 
 import psycopg2
 
-from firekit import (TENANT_A, TENANT_B, Queen, assert_clean_stop, op_cancel,
+from queenkit import (TENANT_A, TENANT_B, Queen, assert_clean_stop, op_cancel,
                       op_reschedule, op_schedule, txn_hash, wait_for)
 
 QUEUES = ["lo0", "lo1", "lo2"]

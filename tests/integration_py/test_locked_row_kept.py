@@ -19,7 +19,7 @@ the second timer's row; it lets the table go, and the row 60 ms later."""
 import os
 import time
 
-from firekit import assert_clean_stop, connect, op_schedule, pg_waiting_on_locks, wait_for
+from queenkit import assert_clean_stop, connect, op_schedule, pg_waiting_on_locks, wait_for
 
 QUEUE = "lockedrow"
 

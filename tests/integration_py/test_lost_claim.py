@@ -16,7 +16,7 @@ import os
 import time
 
 from cutproxy import CutProxy
-from firekit import assert_clean_stop, op_schedule, wait_for
+from queenkit import assert_clean_stop, op_schedule, wait_for
 
 QUEUE = "lostclaim"
 N = 600

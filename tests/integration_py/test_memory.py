@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 
-from firekit import wait_for
+from queenkit import wait_for
 
 HOST = textwrap.dedent(r'''
     import json, os, sys, time

@@ -9,7 +9,7 @@ before)."""
 
 import threading
 
-from firekit import (TENANT_A, TENANT_B, FiredLog, assert_clean_stop, connect,
+from queenkit import (TENANT_A, TENANT_B, FiredLog, assert_clean_stop, connect,
                       op_schedule, wait_for)
 
 

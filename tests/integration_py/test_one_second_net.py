@@ -14,7 +14,7 @@ from its deliverAt (the server's clock, on this machine) to B's on_fired."""
 import random
 import time
 
-from firekit import FiredLog, assert_clean_stop, op_schedule, unique, wait_for
+from queenkit import FiredLog, assert_clean_stop, op_schedule, unique, wait_for
 
 CEILING_MS = 1000
 ROUNDS = 5

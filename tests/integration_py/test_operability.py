@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from firekit import TENANT_A, assert_clean_stop, connect, op_schedule, unique, wait_for
+from queenkit import TENANT_A, assert_clean_stop, connect, op_schedule, unique, wait_for
 from queen_sweeper import StateError, Timeout
 
 ROOT = Path(__file__).resolve().parents[2]

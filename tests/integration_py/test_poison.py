@@ -10,7 +10,7 @@ queen.log_dlq under consumer group '__timer__'."""
 import json
 import time
 
-from firekit import TENANT_A, assert_clean_stop, op_schedule, wait_for
+from queenkit import TENANT_A, assert_clean_stop, op_schedule, wait_for
 
 QUEUE = "poisoned"
 

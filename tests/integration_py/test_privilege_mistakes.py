@@ -6,7 +6,7 @@ error is never one timer's fault: the claims are handed back (no attempt spent),
 backs off and says so loudly (stats, metrics, log), and once the grant is back every timer
 fires exactly once."""
 
-from firekit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
+from queenkit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
 
 FIRE_FN = ("queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],"
            " uuid[], timestamptz, boolean, tid[])")

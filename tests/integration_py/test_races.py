@@ -16,7 +16,7 @@ import time
 import psycopg2
 import psycopg2.errors
 
-from firekit import (TENANT_A, PartitionLock, Queen, assert_clean_stop, op_cancel,
+from queenkit import (TENANT_A, PartitionLock, Queen, assert_clean_stop, op_cancel,
                       op_reschedule, op_schedule, pg_waiting_on_locks, wait_for)
 
 

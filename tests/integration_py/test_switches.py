@@ -13,7 +13,7 @@ import time
 import psycopg2
 import pytest
 
-from firekit import TENANT_A, assert_clean_stop, op_cancel, op_schedule, wait_for
+from queenkit import TENANT_A, assert_clean_stop, op_cancel, op_schedule, wait_for
 
 
 def _log_order(q, queue):

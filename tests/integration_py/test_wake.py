@@ -9,7 +9,7 @@ out (proving that the test does measure the wake)."""
 
 import time
 
-from firekit import FiredLog, assert_clean_stop, op_schedule, wait_for
+from queenkit import FiredLog, assert_clean_stop, op_schedule, wait_for
 
 
 def _idle_sweeper(sweepers, name, fired):

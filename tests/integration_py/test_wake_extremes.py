@@ -7,7 +7,7 @@ timer can only fire if a wake after the extreme ones still works."""
 
 import pytest
 
-from firekit import FiredLog, assert_clean_stop, op_schedule, wait_for
+from queenkit import FiredLog, assert_clean_stop, op_schedule, wait_for
 
 INT64_MIN = -(2 ** 63)
 INT64_MAX = 2 ** 63 - 1

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from firekit import connect, op_schedule, unique, wait_for
+from queenkit import connect, op_schedule, unique, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "monitoring" / "queen-sweeper.rules.yml"

@@ -4,18 +4,11 @@ every log, is kept when QUEEN_PATRONI_KEEP is set); the teardown fails if any pr
 is still alive."""
 
 import os
-
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from patronikit import Cluster, remove_dir  # noqa: E402
+from patronikit import Cluster, remove_dir
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ what the new primary's log holds."""
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
@@ -13,38 +14,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psycopg2
+
+import queenkit
+from queenkit import APPLY_SQL, ROOT, TENANT_A, connect, decode_segment, op_schedule  # noqa: F401
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-for extra in (ROOT / "bindings" / "python", ROOT / "tests" / "integration_py"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
-import psycopg2  # noqa: E402
-
-from firekit import TENANT_A, op_schedule  # noqa: E402,F401
-from queen_sweeper import decode_segment  # noqa: E402
-
-APPLY_SQL = "SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())"
-
-
-def connect(conninfo, autocommit=True):
-    c = psycopg2.connect(conninfo)
-    c.autocommit = autocommit
-    return c
-
-
-def wait_for(pred, timeout, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = pred()
-        except psycopg2.Error:
-            v = None
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+# The kit's wait_for, a database error (a server going away mid-failover) counting as "not yet".
+wait_for = functools.partial(queenkit.wait_for, ignore=(psycopg2.Error,))
 
 
 class Scheduler(threading.Thread):

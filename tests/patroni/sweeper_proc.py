@@ -12,16 +12,13 @@ it gracefully (10 s), writes the final stats and exits 0.
 
 import argparse
 import json
-import os
-import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
-
-from queen_sweeper import Sweeper  # noqa: E402
+# tests/kit is on PYTHONPATH: the suite's own process put it there (importing the kit), and
+# this process inherits it.
+from queenkit import Sweeper, knob, serve, stop_event
 
 
 def main() -> int:
@@ -29,11 +26,10 @@ def main() -> int:
     ap.add_argument("--broker-id", required=True)
     ap.add_argument("--conninfo", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--knob", action="append", default=[], metavar="KEY=INT")
+    ap.add_argument("--knob", action="append", type=knob, default=[], metavar="KEY=INT")
     args = ap.parse_args()
-    knobs = {k: int(v) for k, v in (x.split("=", 1) for x in args.knob)}
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    knobs = dict(args.knob)
+    done = stop_event()
 
     fired_f = open(args.out + ".fired.jsonl", "a", buffering=1)
     log_f = open(args.out + ".log", "a", buffering=1)
@@ -53,21 +49,9 @@ def main() -> int:
     sw.on_log(on_log)
     sw.on_fired(on_fired)
     sw.start()
-    stats_path = args.out + ".stats.json"
-    tmp = stats_path + ".tmp"
-
-    def dump():
-        with open(tmp, "w") as f:
-            json.dump(sw.stats(), f)
-        os.replace(tmp, stats_path)
-
-    while not done.wait(0.1):
-        dump()
     try:
-        sw.stop(10000)
+        serve(sw, args.out + ".stats.json", done, every=0.1, stop_timeout_ms=10000)
     finally:
-        dump()
-        sw.close()
         fired_f.close()
         log_f.close()
     return 0

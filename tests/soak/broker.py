@@ -9,24 +9,12 @@ parse as integers), so a soak can vary a setting without a new build.
 """
 
 import argparse
-import json
-import os
 import signal
 import sys
-import threading
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
-
-from queen_sweeper import Sweeper  # noqa: E402
-
-
-def knob(text):
-    name, _, value = text.partition("=")
-    try:
-        return name, int(value)
-    except ValueError:
-        return name, {"true": True, "false": False}.get(value, value)
+# tests/kit is on PYTHONPATH: tests/soak/soak imported the kit, which put it there, and this
+# child inherits it.
+from queenkit import Sweeper, knob, serve, stop_event
 
 
 def main() -> int:
@@ -37,9 +25,7 @@ def main() -> int:
     ap.add_argument("--knob", action="append", type=knob, default=[])
     args = ap.parse_args()
 
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    done = stop_event(signal.SIGTERM, signal.SIGINT)
 
     def log(level, message):
         print(f"[{args.broker_id} L{level}] {message}", file=sys.stderr, flush=True)
@@ -50,21 +36,7 @@ def main() -> int:
     sw = Sweeper(**config)
     sw.on_log(log)
     sw.start()
-
-    tmp = args.stats + ".tmp"
-
-    def dump():
-        with open(tmp, "w") as f:
-            json.dump(sw.stats(), f)
-        os.replace(tmp, args.stats)
-
-    while not done.wait(0.5):
-        dump()
-    try:
-        sw.stop(15000)
-    finally:
-        dump()
-        sw.close()
+    serve(sw, args.stats, done, every=0.5, stop_timeout_ms=15000)
     return 0
 
 

@@ -14,48 +14,26 @@ PostgreSQL:
     QUEEN_EPHEMERAL_LIBRARY=<build>/plugins/ephemeral/libqueen_ephemeral.so \
     PYTHONPATH=bindings/python /usr/bin/python3 -m pytest -q tests/subclocks
 
-Without QUEEN_TEST_CONNINFO every test FAILS with a message saying so (nothing here is
-ever skipped). Other suites share the database, one after the other: the schema is applied
+The generic helpers are the shared test kit's (tests/kit/queenkit.py); the roles' conninfo
+fixtures and `connections` are tests/conftest.py's. Without QUEEN_TEST_CONNINFO every test
+FAILS with a message saying so (nothing here is ever skipped). Other suites share the database, one after the other: the schema is applied
 from sql/*.sql at the start, the queen tables are emptied around every test, and whatever
 a test breaks on purpose (a dropped function, a role) is put back by the fixtures.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import shlex
 import subprocess
-import sys
 import tempfile
-import threading
-import time
-import uuid
-from pathlib import Path
 
+import psycopg2
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SQL_DIR = ROOT / "sql"
-PG_SCRIPT = ROOT / "tests" / "pg"
-_BINDINGS = ROOT / "bindings" / "python"
-if str(_BINDINGS) not in sys.path:
-    sys.path.insert(0, str(_BINDINGS))
+import queenkit
+from queenkit import PG_SCRIPT, Sweepers, apply_sql_files, connect, parse_exports, reset_tables
 
-import psycopg2  # noqa: E402
-
-from queen_sweeper import Sweeper  # noqa: E402
-
-TENANT_A = "00000000-0000-0000-0000-000000000001"
 TENANT_B = "00000000-0000-0000-0000-0000000000b2"
-
-# Everything the queen schema owns that a test can fill; emptied around every test.
-QUEEN_TABLES = [
-    "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
-    "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
-    "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate",
-]
 
 # The functions of 005 that the class-42 tests drop or revoke (and the fixtures restore):
 # the prune and the rollup the sweeper calls (kv_usage_step_v2 since schema version 10),
@@ -65,61 +43,14 @@ MAINTENANCE_FUNCTIONS = ("queen.kv_expire_step_v1(int2[], timestamptz, int)",
                          "queen.kv_usage_step_v1(int2[], timestamptz, int)")
 
 
-# ---------------------------------------------------------------------------------------
-# Small helpers
-# ---------------------------------------------------------------------------------------
-
-def wait_for(predicate, timeout=15.0, interval=0.02, what="condition"):
-    """Poll predicate until it returns something truthy; fail naming `what` otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def connect(conninfo, autocommit=True):
-    conn = psycopg2.connect(conninfo)
-    conn.autocommit = autocommit
-    return conn
-
-
-def apply_sql_files(conn, names=None):
-    """Apply sql/*.sql (or just `names`) in numeric order; the files are idempotent. After a
-    partial apply the roles and version files run too: a function a test dropped comes back
-    owned by whoever applied it and executable by PUBLIC until 006 puts its owner and
-    grants back, and the sweepers here log in as the queen_sweeper role."""
-    files = sorted(SQL_DIR.glob("*.sql"))
-    if names is not None:
-        files = [f for f in files if f.name in names or f.name >= "006"]
-    assert files, f"no sql files found under {SQL_DIR}"
-    with conn.cursor() as cur:
-        for f in files:
-            cur.execute(f.read_text())
-
-
-def op_schedule(queue, key, payload: bytes, *, partition="p0", delay_ms=0, txn=None):
-    return {"op": "schedule", "queue": queue, "timerKey": key, "partition": partition,
-            "delayMs": int(delay_ms), "txn": txn if txn is not None else f"txn-{key}",
-            "payload": base64.b64encode(payload).decode("ascii")}
-
-
-class Queen:
-    """The SQL surface the tests use, over one autocommit connection."""
+class Queen(queenkit.Queen):
+    """The kit's SQL surface (tests/kit/queenkit.py) plus the conninfo and the KV calls:
+    scheduling and KV calls go through the broker's role when the fixture gives one; setup
+    and inspection (direct table reads and writes) use `conn`, the superuser."""
 
     def __init__(self, conn, conninfo, broker=None):
-        self.conn = conn
+        super().__init__(conn, broker)
         self.conninfo = conninfo
-        # Scheduling and KV calls go through the broker's role when the fixture gives one;
-        # setup and inspection (direct table reads and writes) use `conn`, the superuser.
-        self.broker = broker if broker is not None else conn
 
     def _broker_one(self, sql, args=None):
         with self.broker.cursor() as cur:
@@ -127,32 +58,6 @@ class Queen:
             rows = cur.fetchall()
         assert len(rows) == 1, rows
         return rows[0][0]
-
-    def q(self, sql, args=None):
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            if cur.description is None:
-                return []
-            return cur.fetchall()
-
-    def one(self, sql, args=None):
-        rows = self.q(sql, args)
-        assert len(rows) == 1, rows
-        return rows[0][0] if len(rows[0]) == 1 else rows[0]
-
-    # -- timers ----------------------------------------------------------------------
-
-    def schedule(self, ops, tenant=TENANT_A):
-        """log_timers_apply_v1 in calls of at most 256 ops; every op must be scheduled."""
-        for i in range(0, len(ops), 256):
-            chunk = ops[i:i + 256]
-            res = self._broker_one("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
-                                   (json.dumps(chunk), tenant))
-            bad = [r for r in res if r.get("status") != "scheduled"]
-            assert not bad, f"schedule refused: {bad[:5]}"
-
-    def timers_left(self):
-        return self.one("SELECT count(*) FROM queen.log_timers")
 
     def segments(self, queue):
         """(base_offset, count, blob) of every segment of `queue`, in log order."""
@@ -164,7 +69,7 @@ class Queen:
 
     # -- kv --------------------------------------------------------------------------
 
-    def kv_insert(self, namespace, n, *, expires_sql, tenant=TENANT_A, prefix="k"):
+    def kv_insert(self, namespace, n, *, expires_sql, tenant=queenkit.TENANT_A, prefix="k"):
         """n rows inserted directly, expires_at given as an SQL expression."""
         self.q("INSERT INTO queen.kv (tenant_id, namespace, key, value, expires_at)"
                f" SELECT %s::uuid, %s, %s || g, jsonb_build_object('n', g), {expires_sql}"
@@ -180,22 +85,17 @@ class Queen:
         return self.one("SELECT count(*) FROM queen.kv WHERE (%s::text IS NULL OR namespace = %s)"
                         + cond, (namespace, namespace))
 
-    def kv_get(self, namespace, key, tenant=TENANT_A):
+    def kv_get(self, namespace, key, tenant=queenkit.TENANT_A):
         return self._broker_one("SELECT queen.kv_get_v1(%s::uuid, %s, %s, now())",
                                 (tenant, namespace, key))
 
-    def kv_put(self, namespace, key, value, *, ttl_ms=None, forever=None, tenant=TENANT_A):
+    def kv_put(self, namespace, key, value, *, ttl_ms=None, forever=None, tenant=queenkit.TENANT_A):
         return self._broker_one("SELECT queen.kv_put_v1(%s::uuid, %s, %s, %s::jsonb, %s, %s, now())",
                                 (tenant, namespace, key, json.dumps(value), ttl_ms, forever))
 
     def functions_present(self):
         return [self.one("SELECT to_regprocedure(%s) IS NOT NULL", (f,))
                 for f in MAINTENANCE_FUNCTIONS]
-
-
-def reset_tables(conn):
-    with conn.cursor() as cur:
-        cur.execute("TRUNCATE %s RESTART IDENTITY CASCADE" % ", ".join(QUEEN_TABLES))
 
 
 def restore_maintenance(conn):
@@ -209,94 +109,8 @@ def restore_maintenance(conn):
 
 
 # ---------------------------------------------------------------------------------------
-# Sweepers
+# Fixtures (conninfo, sweeper_conninfo, broker_conninfo and connections: tests/conftest.py)
 # ---------------------------------------------------------------------------------------
-
-class Handle:
-    """A Sweeper plus what it told us through its log callback."""
-
-    def __init__(self, sweeper: Sweeper, name: str):
-        self.sw = sweeper
-        self.name = name
-        self.logs: list[tuple[float, int, str]] = []
-        self._lock = threading.Lock()
-
-    def on_log(self, level, message):
-        with self._lock:
-            self.logs.append((time.monotonic(), level, message))
-
-    def messages(self, containing=None, level=None):
-        with self._lock:
-            lines = list(self.logs)
-        return [m for _t, lvl, m in lines
-                if (containing is None or containing in m) and (level is None or lvl == level)]
-
-    def log_text(self, last=60):
-        with self._lock:
-            lines = self.logs[-last:]
-        return "\n".join(f"  [{self.name} L{lvl}] {msg}" for _t, lvl, msg in lines)
-
-    def stats(self):
-        return self.sw.stats()
-
-    def __getattr__(self, item):
-        return getattr(self.sw, item)
-
-
-def assert_clean_stop(h: Handle, timeout_ms=15000):
-    """Every test that starts a sweeper ends here: a graceful stop, state "stopped", the
-    loop closed with rc 0 and no stray handle; then the handle is destroyed."""
-    h.sw.stop(timeout_ms=timeout_ms)
-    st = h.sw.stats()
-    assert st["state"] == "stopped", (h.name, st["state"])
-    assert st["teardown_clean"] is True, (h.name, st["teardown_clean"], st["loop_close_rc"],
-                                          h.log_text())
-    assert st["loop_close_rc"] == 0, (h.name, st["loop_close_rc"])
-    h.sw.close()
-    assert h.sw.closed
-    return st
-
-
-def sweeper_config(conninfo, broker_id, knobs):
-    cfg = {
-        "conninfo": conninfo,
-        "apply_schema": False,   # the fixtures own the schema (a test may drop a function)
-        "read_env": False,
-        "broker_id": broker_id,
-        "sweeper_min_sleep_ms": 5,
-        "sweeper_max_sleep_ms": 200,
-        "log_level": "info",
-    }
-    cfg.update(knobs)
-    return cfg
-
-
-def _env_conninfo(var):
-    value = os.environ.get(var)
-    if not value:
-        pytest.fail(f"{var} is not set: start a throwaway database with "
-                    "`eval \"$(tests/pg start $(mktemp -d /tmp/pgsub.XXXX))\"` "
-                    "(these integration tests need PostgreSQL and never skip)", pytrace=False)
-    return value
-
-
-@pytest.fixture(scope="session")
-def conninfo():
-    """The superuser: schema apply, setup and inspection (QUEEN_TEST_ADMIN_CONNINFO)."""
-    return _env_conninfo("QUEEN_TEST_ADMIN_CONNINFO")
-
-
-@pytest.fixture(scope="session")
-def sweeper_conninfo():
-    """A LOGIN role holding queen_sweeper only: what every sweeper under test logs in as."""
-    return _env_conninfo("QUEEN_TEST_SWEEPER_CONNINFO")
-
-
-@pytest.fixture(scope="session")
-def broker_conninfo():
-    """A LOGIN role holding queen_broker only: scheduling and KV calls."""
-    return _env_conninfo("QUEEN_TEST_BROKER_CONNINFO")
-
 
 @pytest.fixture(scope="session")
 def schema(conninfo):
@@ -311,26 +125,6 @@ def schema(conninfo):
         restore_maintenance(conn)
     finally:
         conn.close()
-
-
-@pytest.fixture
-def connections(conninfo, schema):
-    """A factory of extra connections (autocommit by default), all closed at teardown."""
-    opened = []
-
-    def make(autocommit=True):
-        c = connect(conninfo, autocommit)
-        opened.append(c)
-        return c
-
-    yield make
-    for c in opened:
-        try:
-            if not c.autocommit:
-                c.rollback()
-            c.close()
-        except Exception:
-            pass
 
 
 @pytest.fixture
@@ -352,25 +146,13 @@ def q(connections, conninfo, broker_conninfo):
 
 @pytest.fixture
 def sweepers(sweeper_conninfo, q):
-    """make(broker_id, **knobs) -> Handle (created, log callback set, NOT started), logged
-    in as the queen_sweeper role unless a test overrides the conninfo.
+    """make(broker_id, *, conninfo_override=None, **knobs) -> Handle (created, log callback
+    set, NOT started), logged in as the queen_sweeper role unless a test overrides the
+    conninfo; apply_schema off (the fixtures own the schema: a test may drop a function).
     Depends on q so that every sweeper is closed before the tables are emptied."""
-    made: list[Handle] = []
-
-    def make(broker_id, *, conninfo_override=None, **knobs):
-        h = Handle(Sweeper(**sweeper_config(conninfo_override or sweeper_conninfo, broker_id,
-                                            knobs)),
-                   broker_id)
-        h.sw.on_log(h.on_log)
-        made.append(h)
-        return h
-
+    make = Sweepers(sweeper_conninfo)
     yield make
-    for h in made:
-        try:
-            h.sw.close()
-        except Exception:
-            pass
+    make.close_all()
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,12 +165,7 @@ class PrivateCluster:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="pgsub-private.")
         out = self._pg("start")
-        env = {}
-        for line in out.splitlines():
-            if line.startswith("export "):
-                for part in shlex.split(line[len("export "):]):
-                    k, _, v = part.partition("=")
-                    env[k] = v
+        env = parse_exports(out)
         assert "QUEEN_TEST_SWEEPER_CONNINFO" in env, out
         # .conninfo is what the sweeper under test logs in with: the queen_sweeper role.
         self.conninfo = env["QUEEN_TEST_SWEEPER_CONNINFO"]

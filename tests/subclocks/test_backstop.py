@@ -9,12 +9,8 @@ import time
 
 import pytest
 
-from conftest import assert_clean_stop, wait_for
+from queenkit import assert_clean_stop, now_ms, wait_for
 from queen_sweeper import Ephemeral, NotFound, StateError
-
-
-def now_ms():
-    return time.time_ns() // 1_000_000
 
 
 def bs(h):

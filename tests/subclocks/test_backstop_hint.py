@@ -10,14 +10,10 @@ never runs at them: docs/design.md, "The ephemeral backstop" (2026-12-01)."""
 import statistics
 import time
 
-from conftest import assert_clean_stop, wait_for
+from queenkit import assert_clean_stop, now_ms, wait_for
 from queen_sweeper import Ephemeral
 
 LEASE_MS = 300
-
-
-def now_ms():
-    return time.time_ns() // 1_000_000
 
 
 def bs(h):

@@ -18,7 +18,7 @@ counted from stats over the window."""
 import threading
 import time
 
-from conftest import assert_clean_stop, wait_for
+from queenkit import assert_clean_stop, wait_for
 from queen_sweeper import Ephemeral
 
 RATE = 500          # pushes and pops per second

@@ -11,15 +11,12 @@ import time
 import pytest
 from psycopg2.extensions import make_dsn
 
-from conftest import MAINTENANCE_FUNCTIONS, apply_sql_files, assert_clean_stop, op_schedule, wait_for
+from conftest import MAINTENANCE_FUNCTIONS
+from queenkit import apply_sql_files, assert_clean_stop, now_ms, op_schedule, wait_for
 
 PRUNE_FN, ROLLUP_FN = MAINTENANCE_FUNCTIONS[:2]
 ROLE = "queen_subclocks_limited"
 OFF_TEXT = "turned off for the life of this process"
-
-
-def now_ms():
-    return time.time_ns() // 1_000_000
 
 
 def fire_one(q, h, queue):

@@ -16,15 +16,11 @@ import json
 import threading
 import time
 
-from conftest import TENANT_A, assert_clean_stop, op_schedule, wait_for
+from queenkit import TENANT_A, assert_clean_stop, now_ms, op_schedule, wait_for
 from queen_sweeper import Ephemeral
 
 IDLE_KNOBS = dict(sweeper_max_sleep_ms=50, sweeper_idle_max_sleep_ms=800,
                   sweeper_idle_after_cycles=2)
-
-
-def now_ms():
-    return time.time_ns() // 1_000_000
 
 
 def watch_sleeps(h, until_ms, timeout):

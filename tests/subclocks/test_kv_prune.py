@@ -8,7 +8,7 @@ another transaction holds the rows (the prune SKIPs LOCKED, it never waits)."""
 
 import time
 
-from conftest import assert_clean_stop, wait_for
+from queenkit import assert_clean_stop, wait_for
 
 NS_DEAD = "prune-dead"
 NS_LIVE = "prune-live"

@@ -8,7 +8,8 @@ the pages worth ~200k rows, scales the counts up and marks the result sampled. T
 setting queen.kv_usage_sample_above overrides the threshold (a test and measurement seam,
 and an operator's)."""
 
-from conftest import TENANT_A, TENANT_B
+from conftest import TENANT_B
+from queenkit import TENANT_A
 
 ROLLUP = "SELECT queen.kv_usage_step_v1(NULL, now(), 100)"
 

@@ -6,7 +6,7 @@ index. Seen from the database: with kv_expire_batch = 1 the prune deletes from t
 shard of the cycle's order that holds an expired key, so a trigger recording the shard of
 every deleted row shows the cycles' starting shards one after the other."""
 
-from conftest import assert_clean_stop, wait_for
+from queenkit import assert_clean_stop, wait_for
 
 LOG_TABLE = "public.subclocks_rotation_seen"
 

@@ -21,7 +21,7 @@ change, which must be logged once per change, not once per cycle."""
 import threading
 import time
 
-from conftest import assert_clean_stop, op_schedule, wait_for
+from queenkit import assert_clean_stop, op_schedule, wait_for
 from queen_sweeper import Ephemeral, decode_segment
 
 QUEUE = "shed-q"

@@ -9,13 +9,9 @@ on their own gates whatever the fire's health."""
 import threading
 import time
 
-from conftest import assert_clean_stop, op_schedule, wait_for
+from queenkit import assert_clean_stop, now_ms, op_schedule, wait_for
 
 DUE_FN = "queen.log_timers_due_v2(int2[], timestamptz, int, timestamptz, int)"
-
-
-def now_ms():
-    return time.time_ns() // 1_000_000
 
 
 def insert_due_timers(q, queue, n):

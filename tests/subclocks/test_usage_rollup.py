@@ -9,8 +9,9 @@ import time
 import pytest
 from psycopg2.extensions import make_dsn
 
-from conftest import (TENANT_A, TENANT_B, Handle, Queen, Sweeper, apply_sql_files, assert_clean_stop,
-                      connect, op_schedule, reset_tables, sweeper_config, wait_for)
+from conftest import TENANT_B, Queen
+from queenkit import (TENANT_A, apply_sql_files, assert_clean_stop, connect, Handle, op_schedule,
+                      reset_tables, Sweeper, sweeper_config, wait_for)
 
 
 def _usage(q):

@@ -1,4 +1,6 @@
-"""Shared fixtures: the package on sys.path, the library, the throwaway database.
+"""Shared fixtures: the package on sys.path, the library, the throwaway database. The
+generic helpers (wait_for, unique, ...) are the repository's test kit (tests/kit/queenkit.py),
+which also puts this package (bindings/python) first on sys.path.
 
 Run:  cd /work/main && QUEEN_SWEEPER_BUILD_DIR=<build> QUEEN_TEST_CONNINFO=... \
           /usr/bin/python3 -m pytest -q bindings/python/tests
@@ -13,12 +15,13 @@ import os
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "kit"))
+
+from queenkit import unique, wait_for  # noqa: E402,F401 - the tests import them from here
 
 import queen_sweeper  # noqa: E402
 from queen_sweeper import _native  # noqa: E402
@@ -60,16 +63,6 @@ def db(conninfo):
     conn.autocommit = True
     yield conn
     conn.close()
-
-
-def wait_for(predicate, timeout=15.0, interval=0.02, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_for_schema(db, timeout=30.0):
@@ -125,10 +118,6 @@ class FiredRecorder:
                     raise AssertionError(f"no on_fired for queue {queue!r} within {timeout}s;"
                                          f" calls: {self.calls}")
                 self.cond.wait(left)
-
-
-def unique(prefix):
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 def assert_clean_teardown(sw):
