@@ -10,7 +10,7 @@ Its own pair (module scope, conftest.py): the test moves the standby for good.
 import time
 import uuid
 
-from failkit import (FiredLog, Queen, ROOT, as_user, assert_clean_stop, connect, delivered_once, make_sweeper,
+from queenkit import (FiredLog, Queen, ROOT, as_user, assert_clean_stop, connect, delivered_once, make_sweeper,
                      op_schedule, sh, wait_for)
 
 N = 3000

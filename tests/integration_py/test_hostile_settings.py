@@ -17,7 +17,7 @@ import uuid
 import psycopg2
 import pytest
 
-from firekit import (TENANT_A, FiredLog, Queen, assert_clean_stop, connect, op_schedule,
+from queenkit import (TENANT_A, FiredLog, Queen, assert_clean_stop, connect, op_schedule,
                      txn_hash, wait_for)
 
 # Each (setting, value) is a role default a careless operator or a hostile DBA could set.
