@@ -18,18 +18,6 @@ INSERT INTO queen.schema_apply AS s (id, applied_at)
 VALUES (1, clock_timestamp())
 ON CONFLICT (id) DO UPDATE SET applied_at = s.applied_at;
 
--- The ten-argument form of earlier builds is dropped once (a call with ten arguments
--- would otherwise be ambiguous between it and this one).
-DO $drop$
-BEGIN
-    IF to_regprocedure('queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
-                       'text[], integer[], uuid[], timestamp with time zone)') IS NOT NULL THEN
-        DROP FUNCTION queen.log_timers_fire_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
-                                               text[], integer[], uuid[], timestamptz);
-    END IF;
-END
-$drop$;
-
 -- ---------------------------------------------------------------------------------------
 -- Internal helpers of the fire (SECURITY INVOKER, granted to nobody: called only from
 -- queen.log_timers_fire_v2, whose owner they run as)
@@ -803,17 +791,3 @@ BEGIN
         v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
 END
 $fn$;
-
--- The fast way of schema version 7 (without addresses) is dropped once: nothing calls it
--- since log_timers_fire_v2 above calls log_timers_fire_fast_v2. A version 7 sweeper's
--- session still running a fire planned before this apply would fail that one call with
--- SQLSTATE 42883 (class 42: its claim handed back, no attempt spent, tried again).
-DO $drop$
-BEGIN
-    IF to_regprocedure('queen.log_timers_fire_fast_v1(uuid[], text[], text[], integer[], bytea[], bytea[], '
-                       'text[], integer[], uuid[], timestamp with time zone, boolean)') IS NOT NULL THEN
-        DROP FUNCTION queen.log_timers_fire_fast_v1(uuid[], text[], text[], integer[], bytea[], bytea[],
-                                                    text[], integer[], uuid[], timestamptz, boolean);
-    END IF;
-END
-$drop$;
