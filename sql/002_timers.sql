@@ -310,6 +310,68 @@ BEGIN
 END
 $apply$;
 
+-- queen.log_timers_at_commit_v1() -> trigger: a row lands where it belongs at its commit.
+-- Every write puts its row at or after the now it writes with (log_timers_not_before_v1),
+-- but a row becomes visible only at its transaction's commit: a transaction that commits
+-- long after its now (a batch import, an ORM session left open, a host that schedules and
+-- then does slow work before committing) would otherwise leave its rows behind every
+-- sweeper's floor, where only the walk from the head finds them, seconds to minutes later.
+-- This deferred constraint trigger runs at the commit of every transaction that inserted a
+-- row or set its deliver_at, once per such row: a row left in nobody's hands at a due_at
+-- more than 1 second before the commit's clock (clock_timestamp()) is put at that clock
+-- (claimed_until = clock_timestamp(): visible_at and due_at follow, attempts unchanged),
+-- so it lands at or after every floor (a floor is at least the slack, 5 s, behind the now
+-- of the probe or claim that computes it) and fires like a timer committed just now,
+-- oldest first among what is due.
+-- Cost: a transaction that commits within 1 s of the rows' due_at pays one call of this
+-- function per row (the test of the first branch); a late one pays an UPDATE by primary
+-- key per row it moves (tests/bench/late measures both). What it does not see, the walk
+-- from the head still finds: a host's SET CONSTRAINTS ALL IMMEDIATE (the check then runs
+-- at the statement's end, not at the commit), a two-phase commit (the check runs at
+-- PREPARE TRANSACTION), a commit that waits longer than the slack for a synchronous standby.
+-- SECURITY DEFINER: it runs at the commit, as the session's role (a broker role holds no
+-- privilege on the table; 007_roles.sql), and a trigger function is executed, never granted.
+-- Locks: the row, already the transaction's own.
+CREATE OR REPLACE FUNCTION queen.log_timers_at_commit_v1()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+DECLARE
+    v_clock timestamptz := clock_timestamp();
+BEGIN
+    IF NEW.due_at >= v_clock - interval '1 second' THEN
+        RETURN NULL;
+    END IF;
+    -- The row as it is now (a later write of this transaction may have moved, claimed or
+    -- deleted it; NEW is the row of this event).
+    UPDATE queen.log_timers AS t
+       SET claimed_until = v_clock
+     WHERE t.tenant_id = NEW.tenant_id AND t.queue = NEW.queue AND t.timer_key = NEW.timer_key
+       AND t.claim_token IS NULL AND t.due_at < v_clock - interval '1 second';
+    RETURN NULL;
+END
+$fn$;
+
+-- Created once, behind a catalog check, as log_timers_not_behind. A constraint trigger,
+-- DEFERRABLE INITIALLY DEFERRED: it runs at commit. The claim, the fire, a failure and a
+-- hand-back never set deliver_at, so they never queue it; its own UPDATE sets
+-- claimed_until only, so it does not queue itself again.
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'queen.log_timers'::regclass AND tgname = 'log_timers_at_commit') THEN
+        CREATE CONSTRAINT TRIGGER log_timers_at_commit
+            AFTER INSERT OR UPDATE OF deliver_at ON queen.log_timers
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW
+            WHEN (NEW.claim_token IS NULL)
+            EXECUTE FUNCTION queen.log_timers_at_commit_v1();
+    END IF;
+END
+$apply$;
+
 -- queen.log_timers_op_field_v1(op, index, field, json type, required) -> jsonb
 -- One field of an apply op, type-checked; a JSON null counts as absent; strings other than
 -- payload must not be empty. Raises 22023 naming the op index and the field. Locks: none.

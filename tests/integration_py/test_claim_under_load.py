@@ -5,9 +5,11 @@
   the (tenant_id, visible_at) index. Before: the claim's share applied only inside the pool
   of the oldest due rows, and tenant B's timers fired after the whole of A's backlog.
 - With a REPEATABLE READ snapshot held open elsewhere, the probe and the claim start from
-  the floor; a timer a slow transaction wrote (committed long after its now) lands behind
-  the floor and the walk from the index head finds it; a row written by hand with a
-  deliver_at in the past is put at now by the trigger. Every timer fires, exactly once.
+  the floor; a timer a slow transaction wrote and checked before its commit (SET CONSTRAINTS
+  ALL IMMEDIATE, so the commit does not move it: tests/integration_py/test_late_commits.py
+  is the ordinary case) lands behind the floor and the walk from the index head finds it; a
+  row written by hand with a deliver_at in the past is put at now by the trigger. Every
+  timer fires, exactly once.
 
 The assertions are on order and on counts, never on timing alone.
 """
@@ -76,9 +78,11 @@ def run_with_snapshot_held(q, sweepers, holder):
         h.wake(int(time.time() * 1000))
         time.sleep(0.2)
     wait_for(lambda: len(q.delivered(queue="steady")) == 3000, timeout=60, what="the steady timers")
-    # A slow transaction: writes a timer due now, then commits 7 s later (past the floor's 5 s slack).
+    # A slow transaction: writes a timer due now, then commits 7 s later (past the floor's 5 s
+    # slack), its deferred check run before (so the commit does not put the row at its clock).
     slow = connect(q_broker_conninfo(q), autocommit=False)
     with slow.cursor() as cur:
+        cur.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
                     (json.dumps([op_schedule("slow", "late-commit", b"x", partition="p0")]), TENANT_A))
     # Meanwhile a trickle keeps the sweeper probing and claiming, so its floor moves on
