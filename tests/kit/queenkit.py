@@ -1,15 +1,18 @@
 """The Python test kit: what every Python suite of this repository shares.
 
-Connections (connect, as_user), clocks (now_ms), waiting (wait_for), scheduling (op_schedule,
-op_reschedule, op_cancel, Queen), sweepers (sweeper_config, make_sweeper, Sweepers, Handle,
-FiredLog, assert_clean_stop), the schema (schema_ready, wait_schema, apply_schema_via_sweeper,
-apply_sql_files), reading back what was delivered (delivered_once, backend_of), the scripts
-(sh, parse_exports, closed_port, env_for_scripts) and the broker processes (knob, stop_event,
-dump_stats, serve). Next to it, cutproxy.py (a TCP proxy that cuts connections; the integration and
-failover suites use it). Suite-specific helpers stay in their suites (tests/subclocks'
-conftest, bouncerkit, hakit, patronikit, _benchlib; tests/sql's sqlkit and tests/upgrade
-have not moved to the kit yet: its connect(conninfo="", **params) takes sqlkit's keyword
-form too).
+Connections and statements (connect, as_user, rows, one, set_switch), clocks (now_ms),
+waiting (wait_for), scheduling (op_schedule, op_reschedule, op_cancel, stand_in_hash, Queen),
+sweepers (sweeper_config, make_sweeper, Sweepers, Handle, FiredLog, assert_clean_stop), the
+schema (sql_files, schema_version, schema_text, apply_schema: one execute as the library
+applies it; run_sql_files, apply_sql_files: file by file as an operator does;
+apply_schema_via_sweeper, schema_ready, wait_schema), reading back what was delivered
+(delivered_once, backend_of), the scripts (sh, parse_exports, closed_port, env_for_scripts)
+and the broker processes (knob, stop_event, dump_stats, serve). Next to it, cutproxy.py (a
+TCP proxy that cuts connections; the integration and failover suites use it). What one suite
+alone uses stays in it (tests/sql's sqlkit: the fixed NOW, T1/T2 and its wrappers over the
+queen.* functions; tests/subclocks' conftest, bouncerkit, hakit, patronikit, _benchlib), and
+takes what it shares from here. connect(conninfo="", **params) takes libpq's keywords
+alone too (tests/sql connects through the PG* variables that way).
 
 Where it is found (one place each, never a sys.path line in a suite):
   - pytest suites under tests/: tests/conftest.py, which pytest loads for every folder of
