@@ -169,17 +169,19 @@ class Queen:
     def fail1(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
               backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
         """log_timers_fail_v1: the 1.0.0 wrapper (006_compat.sql)."""
-        return self.one(
-            "SELECT queen.log_timers_fail_v1(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
-            " %s, %s, %s, %s, %s, %s, %s)",
-            ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
-             [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
-             now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
+        return self._fail("log_timers_fail_v1", rows, error, klass, now, backoff_min_ms, backoff_max_ms,
+                          transient_backoff_ms, max_attempts)
 
     def fail2(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
               backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
+        return self._fail("log_timers_fail_v2", rows, error, klass, now, backoff_min_ms, backoff_max_ms,
+                          transient_backoff_ms, max_attempts)
+
+    def _fail(self, function, rows, error, klass, now, backoff_min_ms, backoff_max_ms,
+              transient_backoff_ms, max_attempts):
+        """queen.<function> (fail_v1 and fail_v2 take the same arguments) over claimed rows."""
         return self.one(
-            "SELECT queen.log_timers_fail_v2(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
+            f"SELECT queen.{function}(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
             " %s, %s, %s, %s, %s, %s, %s)",
             ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
              [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,

@@ -7,7 +7,7 @@ import uuid
 import psycopg2
 import pytest
 
-from queenkit import stand_in_hash
+from queenkit import stand_in_hash, wait_for
 from sqlkit import NOW, T1, T2, ms
 
 
@@ -25,6 +25,30 @@ def sched(q, keys, tenant=T1, queue="q", partition=None, txns=None, now=NOW, del
 
 def by_key(rows):
     return {r["timer_key"]: r for r in rows}
+
+
+def fire_behind(q, first, second, segments):
+    """Fire `segments` through `second` from a thread until that fire waits on a lock (the
+    uncommitted fire of `first` holds it), then commit `first`: the second fire's answer."""
+    import threading
+    from sqlkit import Queen
+    pid = second.get_backend_pid()
+    out = {}
+
+    def run():
+        try:
+            out["res"] = Queen(second).fire(segments)
+        except Exception as e:                  # noqa: BLE001
+            out["err"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_for(lambda: q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)) == "Lock",
+             5, 0.02, "the second fire to wait on the first one's lock")
+    first.commit()
+    t.join(10)
+    assert "err" not in out, out.get("err")
+    return out["res"]
 
 
 def hold_partitions(q, connections, provision, held):
@@ -289,7 +313,6 @@ def test_concurrent_fire_of_the_same_txn_on_two_partitions(q, connections):
     """The dedup index upsert is the serialisation point: the second writer waits for the
     first, finds the transaction inside the window, undoes its allocation, and answers
     duplicate."""
-    import threading
     from sqlkit import Queen
     q.push(["seed"], partition="P1")
     q.push(["seed2"], partition="P2")
@@ -301,28 +324,8 @@ def test_concurrent_fire_of_the_same_txn_on_two_partitions(q, connections):
     res_a = Queen(first).fire([(T1, "q", "P1", [rows["a"]])])
     assert res_a["fired"] == 1                     # not committed yet
     second = connections(options="-c statement_timeout=10000")
-    pid = second.get_backend_pid()
-    out = {}
-
-    def run():
-        try:
-            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["b"]])])
-        except Exception as e:                  # noqa: BLE001
-            out["err"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        if waiting == "Lock":
-            break
-        time.sleep(0.02)
-    assert waiting == "Lock"
-    first.commit()
-    t.join(10)
-    assert "err" not in out, out.get("err")
-    assert out["res"]["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 0}]
+    res = fire_behind(q, first, second, [(T1, "q", "P2", [rows["b"]])])
+    assert res["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 0}]
     assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 0
     assert [s["base_offset"] for s in q.read(partition="P2")] == [0]
     assert [s["base_offset"] for s in q.read(partition="P1")] == [0, 1]
@@ -383,7 +386,6 @@ def test_segments_across_partitions_and_queues_in_one_call(q):
 def test_lost_race_undoes_only_the_losing_segment(q, connections):
     """A call whose set-based append loses one hash to a concurrent writer answers that
     segment duplicate and still appends the others, with contiguous offsets."""
-    import threading
     from sqlkit import Queen
     q.push(["seed"], partition="P1")
     q.push(["seed2"], partition="P2")
@@ -394,30 +396,8 @@ def test_lost_race_undoes_only_the_losing_segment(q, connections):
     first.autocommit = False
     assert Queen(first).fire([(T1, "q", "P1", [rows["a"]])])["fired"] == 1
     second = connections(options="-c statement_timeout=10000")
-    pid = second.get_backend_pid()
-    out = {}
-
-    def run():
-        try:
-            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["c"]]),
-                                             (T1, "q", "P2", [rows["b"], rows["d"]])])
-        except Exception as e:                  # noqa: BLE001
-            out["err"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 5
-    waiting = None
-    while time.monotonic() < deadline:
-        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        if waiting == "Lock":
-            break
-        time.sleep(0.02)
-    assert waiting == "Lock"
-    first.commit()
-    t.join(10)
-    assert "err" not in out, out.get("err")
-    segs = out["res"]["segments"]
+    segs = fire_behind(q, first, second, [(T1, "q", "P2", [rows["c"]]),
+                                          (T1, "q", "P2", [rows["b"], rows["d"]])])["segments"]
     assert (segs[0]["status"], segs[0]["baseOffset"], segs[0]["endOffset"]) == ("fired", 1, 1)
     assert segs[1] == {"status": "duplicate", "duplicates": 1, "released": 1}
     assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 1
@@ -432,7 +412,6 @@ def test_lost_race_undoes_only_the_losing_segment(q, connections):
 def test_lost_race_of_a_first_segment_leaves_no_gap_in_its_partition(q, connections):
     """The losing segment comes first: nothing was allocated for it, so the next segment of
     the same partition, done one by one after the undo, starts right after the old end."""
-    import threading
     from sqlkit import Queen
     q.push(["seed"], partition="P2")
     sched(q, ["a"], txns=["X"], partition="P1")
@@ -442,33 +421,11 @@ def test_lost_race_of_a_first_segment_leaves_no_gap_in_its_partition(q, connecti
     first.autocommit = False
     assert Queen(first).fire([(T1, "q", "P1", [rows["a"]])])["fired"] == 1
     second = connections(options="-c statement_timeout=10000")
-    pid = second.get_backend_pid()
-    out = {}
-
-    def run():
-        try:
-            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["b"]]),
-                                             (T1, "q", "P2", [rows["c"]])])
-        except Exception as e:                  # noqa: BLE001
-            out["err"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 5
-    waiting = None
-    while time.monotonic() < deadline:
-        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        if waiting == "Lock":
-            break
-        time.sleep(0.02)
-    assert waiting == "Lock"
-    first.commit()
-    t.join(10)
-    assert "err" not in out, out.get("err")
-    segs = out["res"]["segments"]
+    res = fire_behind(q, first, second, [(T1, "q", "P2", [rows["b"]]), (T1, "q", "P2", [rows["c"]])])
+    segs = res["segments"]
     assert segs[0] == {"status": "duplicate", "duplicates": 1, "released": 0}
     assert (segs[1]["status"], segs[1]["baseOffset"], segs[1]["endOffset"]) == ("fired", 1, 1)
-    assert (out["res"]["fired"], out["res"]["duplicate"], out["res"]["released"]) == (1, 1, 0)
+    assert (res["fired"], res["duplicate"], res["released"]) == (1, 1, 0)
     assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 1
     assert [s["base_offset"] for s in q.read(partition="P2")] == [0, 1]
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
