@@ -8,7 +8,6 @@ exit), applies the schema, and offers small helpers (RSS, percentiles, printing)
 from __future__ import annotations
 
 import atexit
-import glob
 import os
 import shlex
 import subprocess
@@ -24,6 +23,7 @@ TENANT = "00000000-0000-0000-0000-000000000001"
 # (Only the library is loaded late, by the first Sweeper: ensure_library() comes first.)
 sys.path.insert(0, os.path.join(ROOT, "tests", "kit"))
 from queenkit import connect  # noqa: E402,F401 - B.connect(conninfo, autocommit=True)
+import queenkit  # noqa: E402
 try:
     import psycopg2  # noqa: F401 - the kit's connect imports it when first called
 except ImportError as e:  # pragma: no cover - environment problem
@@ -135,13 +135,11 @@ def apply_schema(conn, sql_dir: str = None) -> None:
     """What the plugin applies: sql/NNN_*.sql concatenated, one multi-statement execute.
     sql_dir (default bench_sql_dir(): $QUEEN_BENCH_SQL_DIR measures another build's schema,
     the "before" of a change, with QUEEN_SWEEPER_LIBRARY at that build's library)."""
-    sql_dir = sql_dir or bench_sql_dir()
-    files = sorted(glob.glob(os.path.join(sql_dir, "[0-9][0-9][0-9]_*.sql")))
-    if not files:
-        sys.exit(f"no sql/NNN_*.sql in {sql_dir}")
-    text = "\n".join(open(f, encoding="utf-8").read() for f in files)
-    with conn.cursor() as cur:
-        cur.execute(text)
+    try:
+        files = queenkit.sql_files(sql_dir or bench_sql_dir())
+    except AssertionError as e:
+        sys.exit(str(e))
+    queenkit.apply_schema(conn, files)
 
 
 def scalar(conn, sql: str, args=()):

@@ -1,15 +1,18 @@
 """The Python test kit: what every Python suite of this repository shares.
 
-Connections (connect, as_user), clocks (now_ms), waiting (wait_for), scheduling (op_schedule,
-op_reschedule, op_cancel, Queen), sweepers (sweeper_config, make_sweeper, Sweepers, Handle,
-FiredLog, assert_clean_stop), the schema (schema_ready, wait_schema, apply_schema_via_sweeper,
-apply_sql_files), reading back what was delivered (delivered_once, backend_of), the scripts
-(sh, parse_exports, closed_port, env_for_scripts) and the broker processes (knob, stop_event,
-dump_stats, serve). Next to it, cutproxy.py (a TCP proxy that cuts connections; the integration and
-failover suites use it). Suite-specific helpers stay in their suites (tests/subclocks'
-conftest, bouncerkit, hakit, patronikit, _benchlib; tests/sql's sqlkit and tests/upgrade
-have not moved to the kit yet: its connect(conninfo="", **params) takes sqlkit's keyword
-form too).
+Connections and statements (connect, as_user, rows, one, set_switch), clocks (now_ms),
+waiting (wait_for), scheduling (op_schedule, op_reschedule, op_cancel, stand_in_hash, Queen),
+sweepers (sweeper_config, make_sweeper, Sweepers, Handle, FiredLog, assert_clean_stop), the
+schema (sql_files, schema_version, schema_text, apply_schema: one execute as the library
+applies it; run_sql_files, apply_sql_files: file by file as an operator does;
+apply_schema_via_sweeper, schema_ready, wait_schema), reading back what was delivered
+(delivered_once, backend_of), the scripts (sh, parse_exports, closed_port, env_for_scripts)
+and the broker processes (knob, stop_event, dump_stats, serve). Next to it, cutproxy.py (a
+TCP proxy that cuts connections; the integration and failover suites use it). What one suite
+alone uses stays in it (tests/sql's sqlkit: the fixed NOW, T1/T2 and its wrappers over the
+queen.* functions; tests/subclocks' conftest, bouncerkit, hakit, patronikit, _benchlib), and
+takes what it shares from here. connect(conninfo="", **params) takes libpq's keywords
+alone too (tests/sql connects through the PG* variables that way).
 
 Where it is found (one place each, never a sys.path line in a suite):
   - pytest suites under tests/: tests/conftest.py, which pytest loads for every folder of
@@ -28,6 +31,8 @@ Importing it also puts bindings/python (the binding of this tree) first on sys.p
 from __future__ import annotations
 
 import base64
+import glob
+import hashlib
 import json
 import os
 import re
@@ -137,6 +142,33 @@ def as_user(conninfo, user):
     return out if n else f"{conninfo} user={user}"
 
 
+def rows(conn, sql, args=None):
+    """Every row of one statement ([] when it returns none, as a DDL or an INSERT does)."""
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        if cur.description is None:
+            return []
+        return cur.fetchall()
+
+
+def one(conn, sql, args=None):
+    """The one row of one statement (it must return exactly one): its value when it has one
+    column, else the row."""
+    got = rows(conn, sql, args)
+    assert len(got) == 1, got
+    return got[0][0] if len(got[0]) == 1 else got[0]
+
+
+def set_switch(conn, key, value):
+    """Write queen.system_state[key] = value (JSON); None deletes the key."""
+    if value is None:
+        rows(conn, "DELETE FROM queen.system_state WHERE key = %s", (key,))
+    else:
+        rows(conn, "INSERT INTO queen.system_state (key, value) VALUES (%s, %s::jsonb)"
+             " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
+             (key, json.dumps(value)))
+
+
 def env_conninfo(var):
     """$var, or the test FAILS saying how to start a database (these tests never skip)."""
     value = os.environ.get(var)
@@ -154,6 +186,12 @@ def env_conninfo(var):
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def stand_in_hash(txn) -> bytes:
+    """16 bytes standing in for a transaction id's xxh3-128 (txn_hash) where the SQL is
+    called directly: the schema stores and compares the hashes, never computes them."""
+    return hashlib.md5(txn.encode()).digest()
 
 
 def op_schedule(queue, key, payload: bytes, *, partition="p0", delay_ms=0, txn=None):
@@ -181,16 +219,10 @@ class Queen:
         self.broker = broker if broker is not None else conn
 
     def q(self, sql, args=None):
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            if cur.description is None:
-                return []
-            return cur.fetchall()
+        return rows(self.conn, sql, args)
 
     def one(self, sql, args=None):
-        rows = self.q(sql, args)
-        assert len(rows) == 1, rows
-        return rows[0][0] if len(rows[0]) == 1 else rows[0]
+        return one(self.conn, sql, args)
 
     def apply(self, ops, tenant=TENANT_A):
         """log_timers_apply_v1 in calls of at most 256 ops; the index-aligned results."""
@@ -249,12 +281,7 @@ class Queen:
         return out
 
     def set_switch(self, key, value):
-        if value is None:
-            self.q("DELETE FROM queen.system_state WHERE key = %s", (key,))
-        else:
-            self.q("INSERT INTO queen.system_state (key, value) VALUES (%s, %s::jsonb)"
-                   " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
-                   (key, json.dumps(value)))
+        set_switch(self.conn, key, value)
 
     def provision(self, tenant, queue, partition):
         """Create the queue and partition (as a push would); the partition id."""
@@ -505,18 +532,54 @@ def apply_schema_via_sweeper(conninfo, broker_id="schema-apply", *, check_connin
         probe.close()
 
 
-def apply_sql_files(conn, names=None, sql_dir=SQL_DIR):
-    """Apply sql/*.sql (or just `names`) in numeric order; the files are idempotent. After a
-    partial apply the roles and version files (006 on) run too: a function a test dropped
-    comes back owned by whoever applied it and executable by PUBLIC until 006 puts its
-    owner and grants back."""
-    files = sorted(Path(sql_dir).glob("*.sql"))
-    if names is not None:
-        files = [f for f in files if f.name in names or f.name >= "006"]
-    assert files, f"no sql files found under {sql_dir}"
+def sql_files(sql_dir=SQL_DIR):
+    """The schema's files, sql/NNN_*.sql (or those of another folder, such as a release's),
+    in numeric order, as path strings."""
+    files = sorted(glob.glob(os.path.join(str(sql_dir), "[0-9][0-9][0-9]_*.sql")))
+    assert files, f"no NNN_*.sql files found under {sql_dir}"
+    return files
+
+
+def schema_version(sql_dir=SQL_DIR):
+    """The version the last statement of 008_version.sql records (what an apply leaves)."""
+    text = Path(sql_dir, "008_version.sql").read_text(encoding="utf-8")
+    return int(re.search(r"VALUES \('queen-sweeper', (\d+), now\(\)\)", text).group(1))
+
+
+def schema_text(files=None):
+    """What the library embeds and applies: the files (default sql_files()) concatenated in
+    numeric order."""
+    return "\n".join(Path(f).read_text(encoding="utf-8") for f in files or sql_files())
+
+
+def apply_schema(conn, files=None):
+    """The schema applied the way the library applies it: schema_text(files) in one execute
+    (on an autocommit connection, one implicit transaction for the whole string)."""
+    with conn.cursor() as cur:
+        cur.execute(schema_text(files))
+
+
+def run_sql_files(conn, files):
+    """Each file executed on its own, in the order given (as an operator's `psql -f` of each
+    does); an error carries a note naming its file."""
     with conn.cursor() as cur:
         for f in files:
-            cur.execute(f.read_text())
+            try:
+                cur.execute(Path(f).read_text(encoding="utf-8"))
+            except Exception as e:
+                e.add_note(f"applying {f}")
+                raise
+
+
+def apply_sql_files(conn, names=None, sql_dir=SQL_DIR):
+    """Apply sql/NNN_*.sql (or just `names`) file by file in numeric order; the files are
+    idempotent. After a partial apply the roles and version files (006 on) run too: a
+    function a test dropped comes back owned by whoever applied it and executable by PUBLIC
+    until 006 puts its owner and grants back."""
+    files = sql_files(sql_dir)
+    if names is not None:
+        files = [f for f in files if os.path.basename(f) in names or os.path.basename(f) >= "006"]
+    run_sql_files(conn, files)
 
 
 # ---------------------------------------------------------------------------------------

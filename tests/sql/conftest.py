@@ -1,18 +1,36 @@
 """Fixtures for the SQL tests: a real PostgreSQL, the schema applied the way the plugin
-applies it (every sql/*.sql concatenated in numeric order, one multi-statement string),
-and the queen tables emptied before every test.
+applies it (every sql/*.sql concatenated in numeric order, one multi-statement string:
+the kit's apply_schema), and the queen tables emptied before every test.
 
-The connection comes from the PG* environment variables (tests/pg start prints them);
-without PGHOST every test fails with a message saying so: nothing is skipped.
+The connection comes from the PG* environment variables (tests/pg start prints them): the
+conninfo fixture here is empty, so the kit's connect() takes libpq's defaults, and keywords
+(user=, dbname=, options=) override them. Without PGHOST every test fails with a message
+saying so: nothing is skipped. The least-privilege roles come from tests/conftest.py's
+sweeper_conninfo and broker_conninfo.
 """
+import os
+
 import pytest
 
-from sqlkit import QUEEN_TABLES, Queen, apply_schema, connect
+from queenkit import apply_schema, connect, reset_tables
+from sqlkit import Queen
 
 
 @pytest.fixture(scope="session")
-def schema():
-    conn = connect()
+def conninfo():
+    """Empty: libpq's PG* variables name the database (the superuser)."""
+    if not os.environ.get("PGHOST"):
+        pytest.fail(
+            "PGHOST is not set: these tests need a real PostgreSQL. Start one with\n"
+            '  eval "$(tests/pg start $(mktemp -d /tmp/pgsql.XXXX))"\n'
+            "and run them again (the PG* variables it exports are the connection).",
+            pytrace=False)
+    return ""
+
+
+@pytest.fixture(scope="session")
+def schema(conninfo):
+    conn = connect(conninfo)
     try:
         apply_schema(conn)
     finally:
@@ -21,12 +39,13 @@ def schema():
 
 
 @pytest.fixture
-def connections(schema):
-    """A factory of extra autocommit connections, all closed at teardown."""
+def connections(conninfo, schema):
+    """A factory of extra autocommit connections, all closed at teardown: make(dsn="",
+    **keywords), the PG* defaults unless a conninfo (dsn) or keywords say otherwise."""
     opened = []
 
-    def make(**kw):
-        c = connect(**kw)
+    def make(dsn=conninfo, **kw):
+        c = connect(dsn, **kw)
         opened.append(c)
         return c
 
@@ -41,8 +60,7 @@ def connections(schema):
 @pytest.fixture
 def db(connections):
     conn = connections()
-    with conn.cursor() as cur:
-        cur.execute("TRUNCATE %s RESTART IDENTITY CASCADE" % ", ".join(QUEEN_TABLES))
+    reset_tables(conn)
     return conn
 
 
@@ -51,22 +69,13 @@ def q(db):
     return Queen(db)
 
 
-def _role_conninfo(var):
-    import os
-    value = os.environ.get(var)
-    if not value:
-        pytest.fail("%s is not set: tests/pg start exports it (a LOGIN role holding one queen "
-                    "group role); start the database with tests/pg" % var, pytrace=False)
-    return value
-
-
 @pytest.fixture
-def as_sweeper(connections):
+def as_sweeper(connections, sweeper_conninfo):
     """A Queen on the LOGIN role that holds queen_sweeper only."""
-    return Queen(connections(dsn=_role_conninfo("QUEEN_TEST_SWEEPER_CONNINFO")))
+    return Queen(connections(sweeper_conninfo))
 
 
 @pytest.fixture
-def as_broker(connections):
+def as_broker(connections, broker_conninfo):
     """A Queen on the LOGIN role that holds queen_broker only."""
-    return Queen(connections(dsn=_role_conninfo("QUEEN_TEST_BROKER_CONNINFO")))
+    return Queen(connections(broker_conninfo))

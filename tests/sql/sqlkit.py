@@ -1,43 +1,27 @@
-"""Helpers shared by the SQL tests: connection, schema application as the plugin does it,
-and thin wrappers over the queen.* functions. Fixtures live in conftest.py."""
+"""What only the SQL suite uses: a fixed NOW, the tenants T1 and T2 (as UUIDs), thin
+wrappers over the queen.* functions (Queen), the plans of nested statements, and hand-built
+zstd frames. Everything it shares with the other suites (connections, the schema's files and
+its apply, the stand-in transaction hash, the queen tables, ...) comes from the test kit,
+tests/kit/queenkit.py. Fixtures live in conftest.py."""
 import datetime as dt
-import glob
-import hashlib
 import json
-import os
 import uuid
 
 import psycopg2
 import psycopg2.extras
-import pytest
+
+from queenkit import TENANT_A, TENANT_B, b64, schema_version, set_switch, stand_in_hash
 
 psycopg2.extras.register_uuid()
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SQL_DIR = os.path.join(ROOT, "sql")
-
-T1 = uuid.UUID("00000000-0000-0000-0000-000000000001")
-T2 = uuid.UUID("00000000-0000-0000-0000-000000000002")
+T1 = uuid.UUID(TENANT_A)
+T2 = uuid.UUID(TENANT_B)
 
 # A fixed instant: every function takes its `now` from the caller, so the tests never
 # depend on the clock.
 NOW = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
-QUEEN_TABLES = [
-    "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
-    "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
-    "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate",
-]
-
-
-def _schema_version():
-    """The version the last statement of sql/008_version.sql records (what an apply leaves)."""
-    import re
-    with open(os.path.join(SQL_DIR, "008_version.sql"), encoding="utf-8") as f:
-        return int(re.search(r"VALUES \('queen-sweeper', (\d+), now\(\)\)", f.read()).group(1))
-
-
-SCHEMA_VERSION = _schema_version()
+SCHEMA_VERSION = schema_version()
 
 
 def ms(n):
@@ -46,40 +30,6 @@ def ms(n):
 
 def epoch_ms(ts):
     return int((ts - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) / dt.timedelta(milliseconds=1))
-
-
-def sql_files():
-    files = sorted(glob.glob(os.path.join(SQL_DIR, "[0-9][0-9][0-9]_*.sql")))
-    assert files, "no sql/NNN_*.sql files found under %s" % SQL_DIR
-    return files
-
-
-def schema_text(files=None):
-    """What the plugin embeds: the files concatenated in numeric order."""
-    parts = []
-    for path in files or sql_files():
-        with open(path, encoding="utf-8") as f:
-            parts.append(f.read())
-    return "\n".join(parts)
-
-
-def connect(**overrides):
-    if not os.environ.get("PGHOST"):
-        pytest.fail(
-            "PGHOST is not set: these tests need a real PostgreSQL. Start one with\n"
-            '  eval "$(tests/pg start $(mktemp -d /tmp/pgsql.XXXX))"\n'
-            "and run them again (the PG* variables it exports are the connection).",
-            pytrace=False)
-    conn = psycopg2.connect(**overrides)
-    conn.autocommit = True
-    return conn
-
-
-def apply_schema(conn, files=None):
-    """One PQexec of the whole schema, as the plugin does (autocommit: one implicit
-    transaction for the multi-statement string)."""
-    with conn.cursor() as cur:
-        cur.execute(schema_text(files))
 
 
 def nested_plans(conn, sql, args=None, like=None):
@@ -103,9 +53,14 @@ def nested_plans(conn, sql, args=None, like=None):
     return out, [n for n in plans if like is None or like in n]
 
 
-def txn_hash(txn):
-    """A 16-byte stand-in for the xxh3-128 of a transaction id (the SQL never computes it)."""
-    return hashlib.md5(txn.encode()).digest()
+def sched_many(q, n, tenant=T1, delay_ms=0, now=NOW, prefix="k", queue="q"):
+    """n timers keyed prefix000000, prefix000001, ... scheduled through q (a Queen) in
+    calls of at most 256 ops, every one accepted."""
+    ops = [{"op": "schedule", "queue": queue, "timerKey": f"{prefix}{i:06d}", "delayMs": delay_ms,
+            "txn": f"txn-{prefix}{i}", "payload": b64(b"{}")} for i in range(n)]
+    for i in range(0, n, 256):
+        res = q.apply(ops[i:i + 256], tenant=tenant, now=now)
+        assert all(r["ok"] for r in res), res[:3]
 
 
 class Queen:
@@ -136,9 +91,8 @@ class Queen:
 
     def schedule(self, key, delay_ms=0, queue="q", txn=None, payload=b"{}", tenant=T1,
                  now=NOW, partition=None, **extra):
-        import base64
         op = {"op": "schedule", "queue": queue, "timerKey": key, "delayMs": delay_ms,
-              "txn": txn or ("txn-" + key), "payload": base64.b64encode(payload).decode()}
+              "txn": txn or ("txn-" + key), "payload": b64(payload)}
         if partition is not None:
             op["partition"] = partition
         op.update(extra)
@@ -176,7 +130,7 @@ class Queen:
             seg_q.append(queue)
             seg_p.append(partition)
             seg_c.append(len(rows))
-            seg_h.append(b"".join(txn_hash(r["txn"]) for r in rows))
+            seg_h.append(b"".join(stand_in_hash(r["txn"]) for r in rows))
             seg_b.append(("blob:" + ",".join(r["timer_key"] for r in rows)).encode())
             for r in rows:
                 keys.append(r["timer_key"])
@@ -215,17 +169,19 @@ class Queen:
     def fail1(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
               backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
         """log_timers_fail_v1: the 1.0.0 wrapper (006_compat.sql)."""
-        return self.one(
-            "SELECT queen.log_timers_fail_v1(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
-            " %s, %s, %s, %s, %s, %s, %s)",
-            ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
-             [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
-             now, backoff_min_ms, backoff_max_ms, transient_backoff_ms, max_attempts))
+        return self._fail("log_timers_fail_v1", rows, error, klass, now, backoff_min_ms, backoff_max_ms,
+                          transient_backoff_ms, max_attempts)
 
     def fail2(self, rows, error="boom", klass="permanent", now=NOW, backoff_min_ms=1000,
               backoff_max_ms=60000, transient_backoff_ms=1000, max_attempts=5):
+        return self._fail("log_timers_fail_v2", rows, error, klass, now, backoff_min_ms, backoff_max_ms,
+                          transient_backoff_ms, max_attempts)
+
+    def _fail(self, function, rows, error, klass, now, backoff_min_ms, backoff_max_ms,
+              transient_backoff_ms, max_attempts):
+        """queen.<function> (fail_v1 and fail_v2 take the same arguments) over claimed rows."""
         return self.one(
-            "SELECT queen.log_timers_fail_v2(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
+            f"SELECT queen.{function}(%s::uuid[], %s::text[], %s::text[], %s::uuid[],"
             " %s, %s, %s, %s, %s, %s, %s)",
             ([r["tenant_id"] for r in rows], [r["queue"] for r in rows],
              [r["timer_key"] for r in rows], [r["claim_token"] for r in rows], error, klass,
@@ -282,16 +238,11 @@ class Queen:
         return self.one(
             "SELECT queen.log_push_v1(%s, %s, %s, %s, %s, %s, %s)",
             (tenant, queue, partition, len(txns),
-             psycopg2.Binary(b"".join(txn_hash(t) for t in txns)),
+             psycopg2.Binary(b"".join(stand_in_hash(t) for t in txns)),
              psycopg2.Binary(b"blob"), now))
 
     def switch(self, key, value):
-        if value is None:
-            self.exec("DELETE FROM queen.system_state WHERE key = %s", (key,))
-        else:
-            self.exec("INSERT INTO queen.system_state (key, value) VALUES (%s, %s::jsonb)"
-                      " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                      (key, json.dumps(value)))
+        set_switch(self.conn, key, value)
 
     # kv -------------------------------------------------------------------------------
     def put(self, key, value, ttl_ms=None, forever=None, ns="ns", tenant=T1, now=NOW):

@@ -15,9 +15,8 @@ import time
 import psycopg2
 import pytest
 
-from sqlkit import NOW, apply_schema
-
-from test_floor import sched_many
+from queenkit import apply_schema
+from sqlkit import NOW, sched_many
 
 TURN_LOCK_NOWAIT = "SELECT id FROM queen.log_timers_claim_turn WHERE id = 1 FOR UPDATE NOWAIT"
 

@@ -5,6 +5,7 @@ ends)."""
 
 import psycopg2
 
+from queenkit import stand_in_hash
 from sqlkit import NOW, T1, ms
 
 DUE_KEYS_1_0_0 = {"now", "nowMs", "nextInMs", "due", "dueCapped", "lateMs", "fireEnabled",
@@ -21,8 +22,7 @@ def sched(q, keys, partition="p1", now=NOW):
 
 
 def fire1_args(rows):
-    from sqlkit import txn_hash
-    return ([T1], ["q"], ["p1"], [len(rows)], [b"".join(txn_hash(r["txn"]) for r in rows)],
+    return ([T1], ["q"], ["p1"], [len(rows)], [b"".join(stand_in_hash(r["txn"]) for r in rows)],
             [b"blob"], [r["timer_key"] for r in rows], [1] * len(rows), [r["claim_token"] for r in rows])
 
 

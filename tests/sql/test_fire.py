@@ -7,7 +7,8 @@ import uuid
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, T2, ms, txn_hash
+from queenkit import stand_in_hash, wait_for
+from sqlkit import NOW, T1, T2, ms
 
 
 def sched(q, keys, tenant=T1, queue="q", partition=None, txns=None, now=NOW, delay_ms=0):
@@ -24,6 +25,30 @@ def sched(q, keys, tenant=T1, queue="q", partition=None, txns=None, now=NOW, del
 
 def by_key(rows):
     return {r["timer_key"]: r for r in rows}
+
+
+def fire_behind(q, first, second, segments):
+    """Fire `segments` through `second` from a thread until that fire waits on a lock (the
+    uncommitted fire of `first` holds it), then commit `first`: the second fire's answer."""
+    import threading
+    from sqlkit import Queen
+    pid = second.get_backend_pid()
+    out = {}
+
+    def run():
+        try:
+            out["res"] = Queen(second).fire(segments)
+        except Exception as e:                  # noqa: BLE001
+            out["err"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_for(lambda: q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)) == "Lock",
+             5, 0.02, "the second fire to wait on the first one's lock")
+    first.commit()
+    t.join(10)
+    assert "err" not in out, out.get("err")
+    return out["res"]
 
 
 def hold_partitions(q, connections, provision, held):
@@ -49,11 +74,11 @@ def test_fire_appends_a_segment_and_deletes_its_timers(q):
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
     log = q.read()
     assert len(log) == 1 and log[0]["base_offset"] == 0 and log[0]["end_offset"] == 2
-    assert bytes(log[0]["hashes"]) == b"".join(txn_hash(r["txn"]) for r in rows)
+    assert bytes(log[0]["hashes"]) == b"".join(stand_in_hash(r["txn"]) for r in rows)
     assert bytes(log[0]["blob"]) == ("blob:" + ",".join(r["timer_key"] for r in rows)).encode()
     assert log[0]["created_at"] == NOW
     idx = q.all("SELECT * FROM queen.log_txn_index ORDER BY log_offset")
-    assert [bytes(i["hash"]) for i in idx] == [txn_hash(r["txn"]) for r in rows]
+    assert [bytes(i["hash"]) for i in idx] == [stand_in_hash(r["txn"]) for r in rows]
     assert [i["log_offset"] for i in idx] == [0, 1, 2]
     assert seg["partitionId"] == q.one("SELECT id FROM queen.log_partitions")
 
@@ -168,7 +193,7 @@ def test_dedup_window_is_per_queue_and_bounded(q):
     assert res["fired"] == 2
     # the index row for "old" now points at the new landing
     row = q.all("SELECT i.created_at, i.log_offset FROM queen.log_txn_index i JOIN queen.queues qu ON qu.id = i.queue_id"
-                " WHERE qu.name = 'q' AND i.hash = %s", (txn_hash("old"),))[0]
+                " WHERE qu.name = 'q' AND i.hash = %s", (stand_in_hash("old"),))[0]
     assert row["created_at"] == NOW and row["log_offset"] >= 1
 
 
@@ -259,7 +284,7 @@ def test_empty_fire(q):
 # array validation
 # ---------------------------------------------------------------------------------------
 
-H = txn_hash("x")
+H = stand_in_hash("x")
 TOK = uuid.uuid4()
 
 
@@ -271,9 +296,9 @@ TOK = uuid.uuid4()
     (([T1], ["q"], ["p"], [2], [H], [b"b"], ["k", "j"], [1, 1], [TOK, TOK]), "seg_hashes[1] is 16 bytes"),
     (([T1], ["q"], ["p"], [0], [b""], [b"b"], [], [], []), "seg_counts[1]"),
     (([T1], ["q"], ["p"], [1], [H], [b"b"], ["k"], [2], [TOK]), "timer_seg[1] = 2"),
-    (([T1, T1], ["q", "q"], ["p", "p"], [1, 1], [H, txn_hash("y")], [b"b", b"c"], ["k", "j"], [1, 1], [TOK, TOK]),
+    (([T1, T1], ["q", "q"], ["p", "p"], [1, 1], [H, stand_in_hash("y")], [b"b", b"c"], ["k", "j"], [1, 1], [TOK, TOK]),
      "timer_seg gives segment 1 2 timers but seg_counts[1] = 1"),
-    (([T1, T1], ["q", "q"], ["p", "p"], [1, 1], [H, txn_hash("y")], [b"b", b"c"], ["k", "k"], [1, 2], [TOK, TOK]),
+    (([T1, T1], ["q", "q"], ["p", "p"], [1, 1], [H, stand_in_hash("y")], [b"b", b"c"], ["k", "k"], [1, 2], [TOK, TOK]),
      "timer_keys[2] names the same timer as timer_keys[1]"),
     (([T1], ["q"], [""], [1], [H], [b"b"], ["k"], [1], [TOK]), "seg_partitions[1]"),
 ])
@@ -288,7 +313,6 @@ def test_concurrent_fire_of_the_same_txn_on_two_partitions(q, connections):
     """The dedup index upsert is the serialisation point: the second writer waits for the
     first, finds the transaction inside the window, undoes its allocation, and answers
     duplicate."""
-    import threading
     from sqlkit import Queen
     q.push(["seed"], partition="P1")
     q.push(["seed2"], partition="P2")
@@ -300,34 +324,14 @@ def test_concurrent_fire_of_the_same_txn_on_two_partitions(q, connections):
     res_a = Queen(first).fire([(T1, "q", "P1", [rows["a"]])])
     assert res_a["fired"] == 1                     # not committed yet
     second = connections(options="-c statement_timeout=10000")
-    pid = second.get_backend_pid()
-    out = {}
-
-    def run():
-        try:
-            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["b"]])])
-        except Exception as e:                  # noqa: BLE001
-            out["err"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        if waiting == "Lock":
-            break
-        time.sleep(0.02)
-    assert waiting == "Lock"
-    first.commit()
-    t.join(10)
-    assert "err" not in out, out.get("err")
-    assert out["res"]["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 0}]
+    res = fire_behind(q, first, second, [(T1, "q", "P2", [rows["b"]])])
+    assert res["segments"] == [{"status": "duplicate", "duplicates": 1, "released": 0}]
     assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 0
     assert [s["base_offset"] for s in q.read(partition="P2")] == [0]
     assert [s["base_offset"] for s in q.read(partition="P1")] == [0, 1]
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
     idx = q.all("SELECT partition_id, log_offset FROM queen.log_txn_index WHERE hash = %s",
-                (txn_hash("X"),))
+                (stand_in_hash("X"),))
     assert len(idx) == 1 and idx[0]["log_offset"] == 1
 
 
@@ -357,7 +361,7 @@ def test_repeated_txn_in_one_call_with_window_zero(q):
     res = q.fire([(T1, "q", "Default", [rows["a"], rows["c"]]), (T1, "q", "Default", [rows["b"]])])
     assert [(s["status"], s["baseOffset"], s["endOffset"]) for s in res["segments"]] == \
         [("fired", 1, 2), ("fired", 3, 3)]
-    idx = q.all("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (txn_hash("X"),))
+    idx = q.all("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (stand_in_hash("X"),))
     assert [i["log_offset"] for i in idx] == [3]
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
 
@@ -382,7 +386,6 @@ def test_segments_across_partitions_and_queues_in_one_call(q):
 def test_lost_race_undoes_only_the_losing_segment(q, connections):
     """A call whose set-based append loses one hash to a concurrent writer answers that
     segment duplicate and still appends the others, with contiguous offsets."""
-    import threading
     from sqlkit import Queen
     q.push(["seed"], partition="P1")
     q.push(["seed2"], partition="P2")
@@ -393,45 +396,22 @@ def test_lost_race_undoes_only_the_losing_segment(q, connections):
     first.autocommit = False
     assert Queen(first).fire([(T1, "q", "P1", [rows["a"]])])["fired"] == 1
     second = connections(options="-c statement_timeout=10000")
-    pid = second.get_backend_pid()
-    out = {}
-
-    def run():
-        try:
-            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["c"]]),
-                                             (T1, "q", "P2", [rows["b"], rows["d"]])])
-        except Exception as e:                  # noqa: BLE001
-            out["err"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 5
-    waiting = None
-    while time.monotonic() < deadline:
-        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        if waiting == "Lock":
-            break
-        time.sleep(0.02)
-    assert waiting == "Lock"
-    first.commit()
-    t.join(10)
-    assert "err" not in out, out.get("err")
-    segs = out["res"]["segments"]
+    segs = fire_behind(q, first, second, [(T1, "q", "P2", [rows["c"]]),
+                                          (T1, "q", "P2", [rows["b"], rows["d"]])])["segments"]
     assert (segs[0]["status"], segs[0]["baseOffset"], segs[0]["endOffset"]) == ("fired", 1, 1)
     assert segs[1] == {"status": "duplicate", "duplicates": 1, "released": 1}
     assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 1
     assert [s["base_offset"] for s in q.read(partition="P2")] == [0, 1]
     left = q.all("SELECT timer_key, claim_token FROM queen.log_timers")
     assert [(r["timer_key"], r["claim_token"]) for r in left] == [("d", None)]
-    assert q.one("SELECT count(*) FROM queen.log_txn_index WHERE hash = %s", (txn_hash("Z"),)) == 0
-    idx = q.all("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (txn_hash("X"),))
+    assert q.one("SELECT count(*) FROM queen.log_txn_index WHERE hash = %s", (stand_in_hash("Z"),)) == 0
+    idx = q.all("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (stand_in_hash("X"),))
     assert [i["log_offset"] for i in idx] == [1]
 
 
 def test_lost_race_of_a_first_segment_leaves_no_gap_in_its_partition(q, connections):
     """The losing segment comes first: nothing was allocated for it, so the next segment of
     the same partition, done one by one after the undo, starts right after the old end."""
-    import threading
     from sqlkit import Queen
     q.push(["seed"], partition="P2")
     sched(q, ["a"], txns=["X"], partition="P1")
@@ -441,39 +421,17 @@ def test_lost_race_of_a_first_segment_leaves_no_gap_in_its_partition(q, connecti
     first.autocommit = False
     assert Queen(first).fire([(T1, "q", "P1", [rows["a"]])])["fired"] == 1
     second = connections(options="-c statement_timeout=10000")
-    pid = second.get_backend_pid()
-    out = {}
-
-    def run():
-        try:
-            out["res"] = Queen(second).fire([(T1, "q", "P2", [rows["b"]]),
-                                             (T1, "q", "P2", [rows["c"]])])
-        except Exception as e:                  # noqa: BLE001
-            out["err"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    deadline = time.monotonic() + 5
-    waiting = None
-    while time.monotonic() < deadline:
-        waiting = q.one("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        if waiting == "Lock":
-            break
-        time.sleep(0.02)
-    assert waiting == "Lock"
-    first.commit()
-    t.join(10)
-    assert "err" not in out, out.get("err")
-    segs = out["res"]["segments"]
+    res = fire_behind(q, first, second, [(T1, "q", "P2", [rows["b"]]), (T1, "q", "P2", [rows["c"]])])
+    segs = res["segments"]
     assert segs[0] == {"status": "duplicate", "duplicates": 1, "released": 0}
     assert (segs[1]["status"], segs[1]["baseOffset"], segs[1]["endOffset"]) == ("fired", 1, 1)
-    assert (out["res"]["fired"], out["res"]["duplicate"], out["res"]["released"]) == (1, 1, 0)
+    assert (res["fired"], res["duplicate"], res["released"]) == (1, 1, 0)
     assert q.one("SELECT last_offset FROM queen.log_partitions WHERE name = 'P2'") == 1
     assert [s["base_offset"] for s in q.read(partition="P2")] == [0, 1]
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
     idx = q.all("SELECT p.name, x.log_offset FROM queen.log_txn_index x"
                 " JOIN queen.log_partitions p ON p.id = x.partition_id WHERE x.hash = %s",
-                (txn_hash("X"),))
+                (stand_in_hash("X"),))
     assert [(i["name"], i["log_offset"]) for i in idx] == [("P1", 0)]
 
 
@@ -484,10 +442,10 @@ def test_push_appends_inside_the_window_and_indexes_a_repeated_hash_at_its_last_
     first = q.push(["a", "b", "a"])
     assert (first["baseOffset"], first["endOffset"]) == (0, 2)
     idx = {bytes(r["hash"]): r["log_offset"] for r in q.all("SELECT hash, log_offset FROM queen.log_txn_index")}
-    assert idx == {txn_hash("a"): 2, txn_hash("b"): 1}
+    assert idx == {stand_in_hash("a"): 2, stand_in_hash("b"): 1}
     again = q.push(["a"])
     assert (again["baseOffset"], again["endOffset"]) == (3, 3)
-    assert q.one("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (txn_hash("a"),)) == 3
+    assert q.one("SELECT log_offset FROM queen.log_txn_index WHERE hash = %s", (stand_in_hash("a"),)) == 3
     assert [s["base_offset"] for s in q.read()] == [0, 3]
     sched(q, ["t"], txns=["a"])
     res = q.fire([(T1, "q", "Default", q.claim())])
@@ -585,7 +543,7 @@ def test_fire_fast_way_stands_aside_and_leaves_nothing_behind(q, connections, ca
         # c's transaction is already in the log: the fast way's append finds it only after
         # it deleted every row and appended p1's segment.
         q.one("SELECT queen.log_push_v1(%s, 'q', 'p2', 1, %s, %s, %s)",
-              (T1, psycopg2.Binary(txn_hash("txn-c")), psycopg2.Binary(b"pushed"), NOW))
+              (T1, psycopg2.Binary(stand_in_hash("txn-c")), psycopg2.Binary(b"pushed"), NOW))
         expect = ["fired", "duplicate"]
     firer = connections(options="-c statement_timeout=10000")
     res, calls = _fire_counting_helpers(
@@ -782,7 +740,7 @@ def test_an_all_busy_answer_checks_no_timer_and_the_call_that_can_fire_refuses(q
     # Timers that do not match the segment's count: busy while held, nothing taken.
     from sqlkit import Queen
     fq = Queen(firer)
-    seg = ([T1], ["q"], ["p1"], [2], [txn_hash("txn-a") + txn_hash("txn-b")], [b"blob"])
+    seg = ([T1], ["q"], ["p1"], [2], [stand_in_hash("txn-a") + stand_in_hash("txn-b")], [b"blob"])
     bad_timers = (["a"], [1], [rows["a"]["claim_token"]])
     res = fq.fire_raw(*seg, *bad_timers, wait=False)
     assert res["segments"] == [{"status": "busy", "count": 2}] and res["busy"] == 2
@@ -816,7 +774,7 @@ def test_segment_blobs_and_hashes_are_never_compressed_by_the_server(q):
         " WHERE (attrelid, attname) IN (('queen.log_segments'::regclass, 'blob'),"
         "                               ('queen.log_txns'::regclass, 'hashes'))")}
     assert storage == {"blob": "e", "hashes": "e"}
-    hashes = b"".join(txn_hash("txn-%d" % i) for i in range(400))
+    hashes = b"".join(stand_in_hash("txn-%d" % i) for i in range(400))
     q.one("SELECT queen.log_push_v1(%s, 'q', 'p1', 400, %s, %s, %s)",
           (T1, psycopg2.Binary(hashes), psycopg2.Binary(bytes(100_000)), NOW))
     row = q.all("SELECT pg_column_compression(s.blob) AS bc, octet_length(s.blob) AS bn,"
@@ -835,7 +793,7 @@ def _append(q, segs, optimistic):
     return q.all("SELECT * FROM queen.log_append_dedup_v1(%s, %s, %s, %s, %s, %s, %s, true, %s, %s)",
                  ([i["queue_id"] for i in ids], [i["partition_id"] for i in ids], lasts,
                   [len(t) for _, t in segs],
-                  [psycopg2.Binary(b"".join(txn_hash(x) for x in t)) for _, t in segs],
+                  [psycopg2.Binary(b"".join(stand_in_hash(x) for x in t)) for _, t in segs],
                   [psycopg2.Binary(b"blob") for _ in segs], [i["dedup_window_ms"] for i in ids], NOW,
                   optimistic))[0]
 
@@ -878,11 +836,11 @@ def test_refusals_the_fast_way_skips_are_still_raised_and_leave_nothing(q, case)
     rows = by_key(q.claim())
     tok_a, tok_b = str(rows["a"]["claim_token"]), str(rows["b"]["claim_token"])
     if case == "timer_named_twice":
-        args = ([T1], ["q"], ["Default"], [2], [txn_hash("ta") + txn_hash("tb")], [b"blob"],
+        args = ([T1], ["q"], ["Default"], [2], [stand_in_hash("ta") + stand_in_hash("tb")], [b"blob"],
                 ["a", "a"], [1, 1], [tok_a, tok_a])
         fragment = "timer_keys[2] names the same timer as timer_keys[1]"
     else:
-        args = ([T1], ["q"], ["Default"], [2], [txn_hash("ta") * 2], [b"blob"],
+        args = ([T1], ["q"], ["Default"], [2], [stand_in_hash("ta") * 2], [b"blob"],
                 ["a", "b"], [1, 1], [tok_a, tok_b])
         fragment = "seg_hashes[1] repeats one transaction hash at frames 0 and 1"
     with pytest.raises(psycopg2.Error) as e:
@@ -925,7 +883,7 @@ def test_fire_by_address_fires_through_the_fast_way_with_one_tid_scan(q, connect
     conn = connections()
     tids = [r["row_tid"] for _, _, _, rs in segs for r in rs]
     args = ([T1, T1], ["q", "q"], ["p1", "p2"], [2, 1],
-            [psycopg2.Binary(b"".join(txn_hash(r["txn"]) for r in rs)) for _, _, _, rs in segs],
+            [psycopg2.Binary(b"".join(stand_in_hash(r["txn"]) for r in rs)) for _, _, _, rs in segs],
             [psycopg2.Binary(b"blob") for _ in segs], ["a", "b", "c"], [1, 1, 2],
             [str(rows[k]["claim_token"]) for k in ("a", "b", "c")], NOW, True, tids)
     out, plans = nested_plans(
@@ -965,7 +923,7 @@ def test_fire_by_address_never_trusts_an_address(q, connections, case):
     segs = [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])]
     if case == "short":
         res = q.fire_raw([T1, T1], ["q", "q"], ["p1", "p2"], [2, 1],
-                         [b"".join(txn_hash(r["txn"]) for r in rs) for _, _, _, rs in segs],
+                         [b"".join(stand_in_hash(r["txn"]) for r in rs) for _, _, _, rs in segs],
                          [b"blob-1", b"blob-2"], ["a", "b", "c"], [1, 1, 2],
                          [str(rows[k]["claim_token"]) for k in ("a", "b", "c")],
                          tids=[rows["a"]["row_tid"], rows["b"]["row_tid"]])

@@ -16,17 +16,9 @@ import uuid
 
 import psycopg2
 
-from sqlkit import NOW, T1, T2, ms, nested_plans
+from sqlkit import NOW, T1, T2, ms, nested_plans, sched_many
 
 SLACK = ms(5000)
-
-
-def sched_many(q, n, tenant=T1, delay_ms=0, now=NOW, prefix="k", queue="q"):
-    ops = [{"op": "schedule", "queue": queue, "timerKey": f"{prefix}{i:06d}", "delayMs": delay_ms,
-            "txn": f"txn-{prefix}{i}", "payload": base64.b64encode(b"{}").decode()} for i in range(n)]
-    for i in range(0, n, 256):
-        res = q.apply(ops[i:i + 256], tenant=tenant, now=now)
-        assert all(r["ok"] for r in res), res[:3]
 
 
 def due2(q, now=NOW, cap=2000, floor=None, horizon_ms=None, shards=None):

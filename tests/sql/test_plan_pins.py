@@ -14,9 +14,8 @@ import uuid
 import psycopg2
 import pytest
 
-from sqlkit import NOW, ROOT, nested_plans
-
-from test_floor import sched_many
+from queenkit import ROOT
+from sqlkit import NOW, nested_plans, sched_many
 
 PINS = {"jit": "off", "max_parallel_workers_per_gather": "0",
         "search_path": "pg_catalog, queen, pg_temp"}

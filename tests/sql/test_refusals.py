@@ -13,7 +13,8 @@ import time
 import psycopg2
 import pytest
 
-from sqlkit import NOW, T1, ZSTD_REAL, ZSTD_REAL_PLAIN, ms, txn_hash, zstd_frame
+from queenkit import stand_in_hash
+from sqlkit import NOW, T1, ZSTD_REAL, ZSTD_REAL_PLAIN, ms, zstd_frame
 
 MIB = 1048576
 
@@ -162,11 +163,10 @@ def test_valid_zstd_frames_are_accepted(q, payload):
     assert bytes(q.timer("a")["payload"]) == payload
 
 
-def test_zstd_check_is_cheap_on_a_hostile_megabyte():
+def test_zstd_check_is_cheap_on_a_hostile_megabyte(connections):
     """Not a timing assertion: the worst walk (4096 empty blocks) is printed for the record."""
     # Measured through the function on its own so the figure is the check, not the apply.
-    import sqlkit
-    conn = sqlkit.connect()
+    conn = connections()
     try:
         worst = zstd_frame([("raw", b"")] * 4096, 0)
         with conn.cursor() as cur:
@@ -294,12 +294,12 @@ def test_log_push_count_that_overflowed_int(q):
 def test_log_push_names_over_their_index_key_limit(q, field):
     names = {"queue": "q", "partition": "p"}
     names[field] = os.urandom(300).hex()
-    refused(q, PUSH, (T1, names["queue"], names["partition"], 1, psycopg2.Binary(txn_hash("t")),
+    refused(q, PUSH, (T1, names["queue"], names["partition"], 1, psycopg2.Binary(stand_in_hash("t")),
                       psycopg2.Binary(b"b"), NOW), "log_push_v1: %s" % field, "600 bytes", "512-byte limit")
 
 
 def test_log_push_now_outside_the_accepted_range(q):
-    refused(q, PUSH, (T1, "q", "p", 1, psycopg2.Binary(txn_hash("t")), psycopg2.Binary(b"b"), "infinity"),
+    refused(q, PUSH, (T1, "q", "p", 1, psycopg2.Binary(stand_in_hash("t")), psycopg2.Binary(b"b"), "infinity"),
             "log_push_v1", "now", "10000-01-01")
 
 

@@ -4,14 +4,14 @@ version of 007, and search_path pinning.
 Runs as the LOGIN roles tests/pg creates: queen_test_sweeper (member of queen_sweeper
 only) and queen_test_broker (queen_broker only). Setup and inspection use the superuser."""
 import base64
-import os
 import json
 import uuid
 
 import psycopg2
 import pytest
 
-from sqlkit import NOW, SCHEMA_VERSION, T1, Queen, connect, ms, txn_hash
+from queenkit import apply_schema, stand_in_hash
+from sqlkit import NOW, SCHEMA_VERSION, T1, Queen, ms
 
 CLAIM = "SELECT * FROM queen.log_timers_claim_v1(NULL, %s, 30000, 10, 10)"
 
@@ -40,7 +40,7 @@ BROKER_CALLS = {
     "kv_put": ("SELECT queen.kv_put_v1(%s, 'ns', 'role-k', '1', NULL, true, %s)", (T1, NOW)),
     "kv_get": ("SELECT queen.kv_get_v1(%s, 'ns', 'role-k', %s)", (T1, NOW)),
     "kv_delete": ("SELECT queen.kv_delete_v1(%s, 'ns', 'role-k', %s)", (T1, NOW)),
-    "log_push": ("SELECT queen.log_push_v1(%s, 'q', 'p', 1, %s, '\\x00'::bytea, %s)", (T1, txn_hash("x"), NOW)),
+    "log_push": ("SELECT queen.log_push_v1(%s, 'q', 'p', 1, %s, '\\x00'::bytea, %s)", (T1, stand_in_hash("x"), NOW)),
     "log_read": ("SELECT count(*) FROM queen.log_read_v1(%s, 'q', 'p', 0, 10)", (T1,)),
 }
 
@@ -283,11 +283,10 @@ def test_shadowed_operator_does_not_change_what_a_broker_reads(q, hijacker):
 # Applied by a schema owner that may not create roles
 # ---------------------------------------------------------------------------------------
 
-def test_apply_by_an_owner_without_createrole(q, connections):
+def test_apply_by_an_owner_without_createrole(q, connections, sweeper_conninfo, broker_conninfo):
     """A database owner that is neither superuser nor CREATEROLE applies the whole schema:
     006 skips the roles and the ownership with a NOTICE, and still takes PUBLIC's rights
     away and grants the (existing) group roles exactly their functions."""
-    from sqlkit import apply_schema
     owner = "queen_test_owner_%s" % uuid.uuid4().hex[:6]
     db = "queen_apply_%s" % uuid.uuid4().hex[:10]
     q.exec("CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEROLE" % owner)
@@ -303,8 +302,8 @@ def test_apply_by_an_owner_without_createrole(q, connections):
         assert own.one("SELECT count(*) FROM pg_proc p, aclexplode(coalesce(p.proacl,"
                        " acldefault('f', p.proowner))) a WHERE p.pronamespace = 'queen'::regnamespace"
                        " AND a.grantee = 0") == 0
-        sweeper = Queen(connections(dsn=os.environ["QUEEN_TEST_SWEEPER_CONNINFO"], dbname=db))
-        broker = Queen(connections(dsn=os.environ["QUEEN_TEST_BROKER_CONNINFO"], dbname=db))
+        sweeper = Queen(connections(sweeper_conninfo, dbname=db))
+        broker = Queen(connections(broker_conninfo, dbname=db))
         assert broker.one("SELECT queen.log_timers_apply_v1('[]'::jsonb, %s, NULL, %s)", (T1, NOW)) == []
         assert sweeper.one("SELECT queen.log_timers_due_v1(NULL, %s, 10)", (NOW,))["due"] == 0
         denied(broker, CLAIM, (NOW,))

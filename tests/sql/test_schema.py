@@ -11,8 +11,8 @@ import uuid
 import psycopg2
 import pytest
 
-from sqlkit import (NOW, SQL_DIR, T1, T2, Queen, apply_schema, connect, ms, schema_text,
-                    sql_files)
+from queenkit import apply_schema, connect, sql_files
+from sqlkit import NOW, T1, T2, Queen, ms
 
 RETRYABLE = {"23505", "42P07", "42710", "XX000"}
 

@@ -26,7 +26,8 @@ import uuid
 
 import psycopg2
 
-from sqlkit import ROOT, SCHEMA_VERSION, SQL_DIR, sql_files
+from queenkit import ROOT, SQL_DIR, sql_files
+from sqlkit import SCHEMA_VERSION
 
 COMPAT = os.path.join(SQL_DIR, "006_compat.sql")
 RELEASED_1_0_0 = os.path.join(ROOT, "tests", "upgrade", "v1")

@@ -52,13 +52,6 @@ class Queen(queenkit.Queen):
         super().__init__(conn, broker)
         self.conninfo = conninfo
 
-    def _broker_one(self, sql, args=None):
-        with self.broker.cursor() as cur:
-            cur.execute(sql, args)
-            rows = cur.fetchall()
-        assert len(rows) == 1, rows
-        return rows[0][0]
-
     def segments(self, queue):
         """(base_offset, count, blob) of every segment of `queue`, in log order."""
         return [(int(b), int(c), bytes(bl)) for b, c, bl in self.q(
@@ -86,12 +79,12 @@ class Queen(queenkit.Queen):
                         + cond, (namespace, namespace))
 
     def kv_get(self, namespace, key, tenant=queenkit.TENANT_A):
-        return self._broker_one("SELECT queen.kv_get_v1(%s::uuid, %s, %s, now())",
-                                (tenant, namespace, key))
+        return queenkit.one(self.broker, "SELECT queen.kv_get_v1(%s::uuid, %s, %s, now())",
+                            (tenant, namespace, key))
 
     def kv_put(self, namespace, key, value, *, ttl_ms=None, forever=None, tenant=queenkit.TENANT_A):
-        return self._broker_one("SELECT queen.kv_put_v1(%s::uuid, %s, %s, %s::jsonb, %s, %s, now())",
-                                (tenant, namespace, key, json.dumps(value), ttl_ms, forever))
+        return queenkit.one(self.broker, "SELECT queen.kv_put_v1(%s::uuid, %s, %s, %s::jsonb, %s, %s, now())",
+                            (tenant, namespace, key, json.dumps(value), ttl_ms, forever))
 
     def functions_present(self):
         return [self.one("SELECT to_regprocedure(%s) IS NOT NULL", (f,))

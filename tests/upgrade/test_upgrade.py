@@ -23,11 +23,8 @@ Each test creates and drops its own database in that cluster.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -39,13 +36,13 @@ import psycopg2
 import psycopg2.extensions
 import pytest
 
+from queenkit import (ROOT, TENANT_A, Queen, Sweeper, connect, decode_segment, one, op_schedule,
+                      rows, run_sql_files, schema_version, sql_files, stand_in_hash, wait_for)
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "bindings" / "python"))
+V1_DIR = HERE / "v1"
 
-from queen_sweeper import Sweeper, decode_segment  # noqa: E402
-
-TENANT = "00000000-0000-0000-0000-000000000001"
+TENANT = TENANT_A
 OTHER_TENANT = "00000000-0000-0000-0000-0000000000a2"
 TIMER_QUEUE = "upgrade-timers"
 LOG_QUEUE = "upgrade-log"
@@ -56,72 +53,30 @@ N_LATER = 5            # due a few seconds after the upgrade
 OLD_LEASE_MS = 2000
 
 
-def v1_files() -> list[Path]:
-    files = sorted(HERE.glob("v1/[0-9][0-9][0-9]_*.sql"))
-    assert [f.name for f in files] == ["001_log.sql", "002_timers.sql", "003_kv.sql",
-                                       "004_kv_maintenance.sql"], files
+def v1_files() -> list[str]:
+    files = sql_files(V1_DIR)
+    assert [os.path.basename(f) for f in files] == ["001_log.sql", "002_timers.sql", "003_kv.sql",
+                                                    "004_kv_maintenance.sql"], files
     return files
-
-
-def current_files() -> list[Path]:
-    files = sorted((ROOT / "sql").glob("[0-9][0-9][0-9]_*.sql"))
-    assert files, "no sql/NNN_*.sql"
-    return files
-
-
-def admin_conninfo() -> str:
-    # The superuser: creating a database and applying 007_roles.sql need it.
-    value = os.environ.get("QUEEN_TEST_ADMIN_CONNINFO") or os.environ.get("QUEEN_TEST_CONNINFO")
-    if not value and not os.environ.get("PGHOST"):
-        pytest.fail("QUEEN_TEST_CONNINFO is not set: start a database with "
-                    "`eval \"$(tests/pg start $(mktemp -d))\"` (database tests never skip)")
-    return value or ""
 
 
 @pytest.fixture()
-def database():
-    """A fresh database of its own in the test cluster; its conninfo. Dropped afterwards."""
-    admin = psycopg2.connect(admin_conninfo())
-    admin.autocommit = True
+def database(conninfo):
+    """A fresh database of its own in the test cluster (created by the superuser, the shared
+    conninfo fixture: creating a database and applying 007_roles.sql need it); its conninfo.
+    Dropped afterwards."""
+    admin = connect(conninfo)
     name = "queen_upgrade_" + uuid.uuid4().hex[:10]
     with admin.cursor() as cur:
         cur.execute(f"CREATE DATABASE {name}")
     dsn = psycopg2.extensions.parse_dsn(admin.dsn)
     dsn["dbname"] = name
-    conninfo = " ".join(f"{k}={v}" for k, v in dsn.items())
     try:
-        yield conninfo
+        yield " ".join(f"{k}={v}" for k, v in dsn.items())
     finally:
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
-
-
-def connect(conninfo: str):
-    conn = psycopg2.connect(conninfo)
-    conn.autocommit = True
-    return conn
-
-
-def run_files(conn, files) -> None:
-    for path in files:
-        with conn.cursor() as cur:
-            try:
-                cur.execute(path.read_text(encoding="utf-8"))
-            except psycopg2.Error as exc:
-                raise AssertionError(f"{path.relative_to(ROOT)} failed: {exc}") from exc
-
-
-def one(conn, sql, args=()):
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchone()[0]
-
-
-def rows(conn, sql, args=()):
-    with conn.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall()
 
 
 def populate(conn) -> dict:
@@ -132,23 +87,20 @@ def populate(conn) -> dict:
         tenant = TENANT if i % 3 else OTHER_TENANT
         txn = f"upgrade-txn-{i}"
         payload = f"timer {i} scheduled under v1".encode()
-        op = {"op": "schedule", "queue": TIMER_QUEUE, "timerKey": f"key-{i}", "delayMs": 0,
-              "txn": txn, "payload": base64.b64encode(payload).decode()}
-        if i % 5:   # the rest take the default partition
-            op["partition"] = PARTITIONS[i % 3]
+        op = op_schedule(TIMER_QUEUE, f"key-{i}", payload, partition=PARTITIONS[i % 3], txn=txn)
+        if not i % 5:   # these take the default partition
+            del op["partition"]
         ops_by_tenant[tenant].append(op)
         timers[txn] = (tenant, op.get("partition", "Default"), payload)
     for i in range(N_LATER):
         txn = f"upgrade-later-{i}"
         payload = f"later {i}".encode()
-        ops_by_tenant[TENANT].append({
-            "op": "schedule", "queue": TIMER_QUEUE, "timerKey": f"later-{i}", "delayMs": 3000,
-            "partition": "p0", "txn": txn, "payload": base64.b64encode(payload).decode()})
+        ops_by_tenant[TENANT].append(
+            op_schedule(TIMER_QUEUE, f"later-{i}", payload, partition="p0", delay_ms=3000, txn=txn))
         timers[txn] = (TENANT, "p0", payload)
     message_ids = {}
     for tenant, ops in ops_by_tenant.items():
-        results = one(conn, "SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
-                      (json.dumps(ops), tenant))
+        results = Queen(conn).apply(ops, tenant)
         assert [r["status"] for r in results] == ["scheduled"] * len(ops), results
         for op, r in zip(ops, results):
             message_ids[op["txn"]] = r["messageId"]
@@ -160,7 +112,7 @@ def populate(conn) -> dict:
 
     # The log: two pushes of plain messages (no timer) on a queue of their own.
     for batch in (["log-a", "log-b", "log-c"], ["log-d"]):
-        hashes = b"".join(hashlib.md5(t.encode()).digest() for t in batch)
+        hashes = b"".join(stand_in_hash(t) for t in batch)
         one(conn, "SELECT queen.log_push_v1(%s::uuid, %s, 'p0', %s, %s, %s, now())",
             (TENANT, LOG_QUEUE, len(batch), psycopg2.Binary(hashes),
              psycopg2.Binary(("v1 blob " + ",".join(batch)).encode())))
@@ -191,11 +143,12 @@ def snapshot(conn) -> dict:
     }
 
 
-def fired_txns(conn) -> dict:
-    """txn -> [(tenant, partition, message_id, payload)] for every frame of the timer queue."""
+def fired_txns(conn, partitions=PARTITIONS) -> dict:
+    """txn -> [(tenant, partition, message_id, payload)] for every frame of the timer queue
+    in the given partitions."""
     seen: dict[str, list] = {}
     for tenant in (TENANT, OTHER_TENANT):
-        for partition in PARTITIONS:
+        for partition in partitions:
             for (blob,) in rows(conn, "SELECT blob FROM queen.log_read_v1(%s::uuid, %s, %s, 0, NULL)",
                                 (tenant, TIMER_QUEUE, partition)):
                 for frame in decode_segment(bytes(blob)):
@@ -204,20 +157,11 @@ def fired_txns(conn) -> dict:
     return seen
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.mark.parametrize("how", ["sql_files_in_order", "broker_apply_schema"])
 def test_upgrade_from_v1_keeps_data_and_fires_old_timers(database, how):
     conn = connect(database)
     try:
-        run_files(conn, v1_files())
+        run_sql_files(conn, v1_files())
         written = populate(conn)
         before = snapshot(conn)
         assert len(before["timers"]) == N_TIMERS + N_LATER
@@ -228,8 +172,8 @@ def test_upgrade_from_v1_keeps_data_and_fires_old_timers(database, how):
         config = {"conninfo": database, "broker_id": f"upgrade-{how}", "read_env": False,
                   "sweeper_max_sleep_ms": 200, "log_level": "warn"}
         if how == "sql_files_in_order":
-            run_files(conn, current_files())
-            run_files(conn, current_files())          # re-applying is a no-op
+            run_sql_files(conn, sql_files())
+            run_sql_files(conn, sql_files())          # re-applying is a no-op
             after = snapshot(conn)
             assert after == before, "the upgrade changed data written under v1"
         else:
@@ -244,7 +188,7 @@ def test_upgrade_from_v1_keeps_data_and_fires_old_timers(database, how):
             sw.on_log(lambda level, msg: logs.append(f"{level} {msg}"))
             sw.start()
             try:
-                wait_for(lambda: one(conn, "SELECT count(*) FROM queen.log_timers") == 0, 90,
+                wait_for(lambda: one(conn, "SELECT count(*) FROM queen.log_timers") == 0, 90, 0.1,
                          "every v1 timer to fire after the upgrade")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; sweeper log: {logs}; stats: {sw.stats()}") from None
@@ -302,7 +246,7 @@ def statement_calls(admin, dbname: str, function: str) -> int:
                       " WHERE d.datname = %s AND s.query LIKE %s", (dbname, f"%queen.{function}(%"))
 
 
-def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_hot_loop(database):
+def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_hot_loop(database, conninfo):
     """The rolling upgrade: 1.0.0's schema, upgraded by an operator to the current one, then a
     1.0.0 broker (its own library and binding, built from the release commit) and a broker of
     this build fire the same timers while a host schedules more and a third session keeps
@@ -314,15 +258,14 @@ def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_h
     release = release_build(RELEASE)
     conn = connect(database)
     dbname = psycopg2.extensions.parse_dsn(database)["dbname"]
-    admin = connect(admin_conninfo())
+    admin = connect(conninfo)
     passer_conn = psycopg2.connect(database)
     stop = threading.Event()
     old = None
     try:
-        run_files(conn, v1_files())
-        run_files(conn, current_files())
-        assert one(conn, "SELECT queen.schema_version_v1()") == int(
-            re.search(r"VALUES \('queen-sweeper', (\d+)", (ROOT / "sql" / "008_version.sql").read_text()).group(1))
+        run_sql_files(conn, v1_files())
+        run_sql_files(conn, sql_files())
+        assert one(conn, "SELECT queen.schema_version_v1()") == schema_version()
         one(admin, "SELECT count(*) FROM (SELECT pg_stat_statements_reset(0, d.oid, 0)"
                    " FROM pg_database d WHERE d.datname = %s) x", (dbname,))
 
@@ -372,17 +315,15 @@ def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_h
                     txn = f"rolling-{i}"
                     payload = f"rolling {i}".encode()
                     partition = ROLLING_PARTITIONS[i % len(ROLLING_PARTITIONS)]
-                    ops[tenant].append({"op": "schedule", "queue": TIMER_QUEUE, "timerKey": f"r-{i}",
-                                        "delayMs": (i * 7) % 500, "partition": partition, "txn": txn,
-                                        "payload": base64.b64encode(payload).decode()})
+                    ops[tenant].append(op_schedule(TIMER_QUEUE, f"r-{i}", payload, partition=partition,
+                                                   delay_ms=(i * 7) % 500, txn=txn))
                     written[txn] = (tenant, partition, payload)
                 for tenant, tenant_ops in ops.items():
-                    got = one(conn, "SELECT queen.log_timers_apply_v1(%s::jsonb, %s::uuid, NULL, now())",
-                              (json.dumps(tenant_ops), tenant))
+                    got = Queen(conn).apply(tenant_ops, tenant)
                     assert [r["status"] for r in got] == ["scheduled"] * len(tenant_ops), got
                 time.sleep(0.5)
             try:
-                wait_for(lambda: one(conn, "SELECT count(*) FROM queen.log_timers") == 0, 120,
+                wait_for(lambda: one(conn, "SELECT count(*) FROM queen.log_timers") == 0, 120, 0.1,
                          "every timer to fire with a 1.0.0 broker alongside")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; current log: {logs[-20:]}; stats: {sw.stats()}") from None
@@ -399,7 +340,7 @@ def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_h
         assert rows(conn, "SELECT p.oid::regprocedure::text, md5(p.prosrc) FROM pg_proc p"
                           " WHERE p.pronamespace = 'queen'::regnamespace ORDER BY 1") == bodies_before
 
-        seen = fired_txns_of(conn, ROLLING_PARTITIONS)
+        seen = fired_txns(conn, ROLLING_PARTITIONS)
         assert set(seen) == set(written), sorted(set(written) ^ set(seen))
         twice = {txn: len(hits) for txn, hits in seen.items() if len(hits) != 1}
         assert twice == {}, twice
@@ -434,15 +375,3 @@ def test_a_1_0_0_broker_on_the_current_schema_fires_every_timer_once_without_a_h
         admin.close()
         conn.close()
 
-
-def fired_txns_of(conn, partitions) -> dict:
-    """txn -> [(tenant, partition, message_id, payload)] for every frame in the given partitions."""
-    seen: dict[str, list] = {}
-    for tenant in (TENANT, OTHER_TENANT):
-        for partition in partitions:
-            for (blob,) in rows(conn, "SELECT blob FROM queen.log_read_v1(%s::uuid, %s, %s, 0, NULL)",
-                                (tenant, TIMER_QUEUE, partition)):
-                for frame in decode_segment(bytes(blob)):
-                    seen.setdefault(frame.txn, []).append(
-                        (tenant, partition, str(frame.message_id), frame.payload))
-    return seen

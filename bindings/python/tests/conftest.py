@@ -1,6 +1,7 @@
-"""Shared fixtures: the package on sys.path, the library, the throwaway database. The
-generic helpers (wait_for, unique, ...) are the repository's test kit (tests/kit/queenkit.py),
-which also puts this package (bindings/python) first on sys.path.
+"""Shared fixtures: the library, the throwaway database. The generic helpers (wait_for,
+unique, ...) are the repository's test kit (tests/kit/queenkit.py): bindings/python's
+pyproject.toml puts tests/kit on sys.path for pytest (its pythonpath setting), and importing
+the kit puts this package (bindings/python) first on sys.path.
 
 Run:  cd /work/main && QUEEN_SWEEPER_BUILD_DIR=<build> QUEEN_TEST_CONNINFO=... \
           /usr/bin/python3 -m pytest -q bindings/python/tests
@@ -12,16 +13,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "kit"))
-
-from queenkit import unique, wait_for  # noqa: E402,F401 - the tests import them from here
+from queenkit import unique, wait_for  # noqa: F401 - the tests import them from here
 
 import queen_sweeper  # noqa: E402
 from queen_sweeper import _native  # noqa: E402
