@@ -278,6 +278,47 @@ BEGIN
 END
 $fn$;
 
+-- queen.log_provision_try_v1(tenant, queue, partition, lock_wait_ms int)
+--   -> (queue_id, partition_id, dedup_window_ms), all three null when it met a lock
+-- log_provision_v1 in a subtransaction under a lock_timeout of lock_wait_ms (at least 1 ms;
+-- null: 1 ms). Provisioning waits only on another transaction's hold on the same name: an
+-- open transaction that inserted the same queue or partition (a host creating the queue
+-- with log_provision_v1), or that deletes or renames the queue row a new partition's key
+-- check must share. When such a wait reaches lock_wait_ms the subtransaction is undone
+-- (the lock_timeout with it) and the answer is all null, so its caller treats the name as
+-- held, as it treats a partition row someone holds (the fire, 003: its segment answers
+-- busy, rows untouched and still claimed). Schema 18: the fire used to call
+-- log_provision_v1 with no deadline, and one host transaction holding a queue row stalled
+-- every tenant's fires as long as it stayed open.
+-- Locks: those of log_provision_v1, each wait at most lock_wait_ms.
+CREATE OR REPLACE FUNCTION queen.log_provision_try_v1(
+    p_tenant uuid, p_queue text, p_partition text, p_lock_wait_ms int,
+    OUT queue_id bigint, OUT partition_id bigint, OUT dedup_window_ms bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+DECLARE
+    v_lt   text := pg_catalog.current_setting('lock_timeout');
+    v_prov record;
+BEGIN
+    BEGIN
+        PERFORM pg_catalog.set_config('lock_timeout',
+            greatest(coalesce(p_lock_wait_ms, 1), 1)::text || 'ms', true);
+        v_prov := queen.log_provision_v1(p_tenant, p_queue, p_partition);
+        PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
+        queue_id := v_prov.queue_id;
+        partition_id := v_prov.partition_id;
+        dedup_window_ms := v_prov.dedup_window_ms;
+    EXCEPTION WHEN lock_not_available THEN
+        -- Undone, the lock_timeout set above with it: the name is someone else's for now.
+        queue_id := NULL;
+        partition_id := NULL;
+        dedup_window_ms := NULL;
+    END;
+END
+$fn$;
+
 -- queen.log_partitions_lock_v1(partition_ids bigint[], wait boolean) -> bigint[]
 -- Takes the named log_partitions rows FOR UPDATE in ascending id order, in one statement,
 -- and returns, element for element, the last_offset read under that lock: null for a null

@@ -372,6 +372,92 @@ BEGIN
 END
 $apply$;
 
+-- queen.log_timers_queue_gone_v1() -> trigger, AFTER DELETE OR UPDATE OF tenant_id, name ON
+-- queen.queues, per row (trigger queues_timers_follow): what becomes of the pending timers
+-- of a queue that is removed or renamed (schema 18). A timer names its queue by tenant and
+-- name, and the fire creates a queue it does not find (log_timers_fire_ids_v2, 003): before,
+-- the pending timers of a removed queue re-created a queue of the old name at their
+-- instant, one nobody reads, and those of a renamed queue did the same under the old name.
+-- Now, in the transaction that removes or renames the queue row:
+--   removed (DELETE): every timer of (tenant, old name), claimed or not, leaves
+--     queen.log_timers for queen.log_dlq (consumer_group '__timer__', log_offset -1, its
+--     payload, message_id, txn, timer_key and attempts, error 'queue removed'): it never
+--     fires, and nothing is lost without a trace.
+--   renamed (tenant_id or name changed): the timers follow the queue: their tenant and queue
+--     become the new ones, a claim on them is dropped (claim_token null, due again at once
+--     when due, as a hand-back puts them), and they fire into the queue under its new name.
+--     One whose key a pending timer of the new name already has goes to queen.log_dlq
+--     instead (error 'queue renamed to <name>: a timer with this key is pending there').
+-- A timer written for the old name by a transaction that commits after this one (or that
+-- this one's statement did not see) is a new timer: its fire creates a queue of that name.
+-- Runs as the caller (a queue's owner: the working roles hold no privilege on the table).
+-- Reads now() for the dead letters and dropped claims (a write by hand has no caller's now).
+-- Locks: the old name's rows of queen.log_timers (DELETE, UPDATE); a row a fire holds is
+-- waited for (milliseconds), never the other way round: the claim and the fire skip a
+-- locked row, and a claimed row this removes answers its fire busy, then stale.
+CREATE OR REPLACE FUNCTION queen.log_timers_queue_gone_v1()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+DECLARE
+    v_tenant uuid := OLD.tenant_id;
+    v_queue  text := OLD.name;
+    v_to_t   uuid;
+    v_to_q   text;
+    v_error  text := 'queue removed';
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        v_to_t := NEW.tenant_id;
+        v_to_q := NEW.name;
+        IF v_to_t = v_tenant AND v_to_q = v_queue THEN
+            RETURN NULL;
+        END IF;
+        v_error := 'queue renamed to ' || v_to_q || ': a timer with this key is pending there';
+    END IF;
+    -- Removed: every timer of the old name. Renamed: those whose key the new name has.
+    WITH gone AS (
+        DELETE FROM queen.log_timers AS t
+         WHERE t.tenant_id = v_tenant AND t.queue = v_queue
+           AND (v_to_q IS NULL
+                OR EXISTS (SELECT 1 FROM queen.log_timers n
+                            WHERE n.tenant_id = v_to_t AND n.queue = v_to_q AND n.timer_key = t.timer_key))
+        RETURNING t.tenant_id, t.queue, t.partition, t.payload, t.payload_zstd, t.encrypted,
+                  t.message_id, t.txn, t.timer_key, t.attempts
+    )
+    INSERT INTO queen.log_dlq (tenant_id, queue, partition, consumer_group, log_offset, payload,
+                               error, message_id, txn, timer_key, attempts, created_at)
+    SELECT g.tenant_id, g.queue, g.partition, '__timer__', -1,
+           queen.log_timers_payload_json_v1(g.payload, g.payload_zstd, g.encrypted),
+           v_error, g.message_id, g.txn, g.timer_key, g.attempts, now()
+      FROM gone g
+     ORDER BY g.timer_key;
+    IF v_to_q IS NOT NULL THEN
+        UPDATE queen.log_timers AS t
+           SET tenant_id = v_to_t, queue = v_to_q, claim_token = NULL,
+               claimed_until = queen.log_timers_not_before_v1(t.deliver_at, now()),
+               updated_at = now()
+         WHERE t.tenant_id = v_tenant AND t.queue = v_queue;
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
+-- Created once, behind a catalog check, like log_timers_not_behind (CREATE TRIGGER takes a
+-- SHARE ROW EXCLUSIVE lock on queen.queues once, on the first apply of schema 18).
+DO $apply$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'queen.queues'::regclass AND tgname = 'queues_timers_follow') THEN
+        CREATE TRIGGER queues_timers_follow
+            AFTER DELETE OR UPDATE OF tenant_id, name ON queen.queues
+            FOR EACH ROW
+            EXECUTE FUNCTION queen.log_timers_queue_gone_v1();
+    END IF;
+END
+$apply$;
+
 -- queen.log_timers_op_field_v1(op, index, field, json type, required) -> jsonb
 -- One field of an apply op, type-checked; a JSON null counts as absent; strings other than
 -- payload must not be empty. Raises 22023 naming the op index and the field. Locks: none.

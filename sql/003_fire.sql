@@ -305,27 +305,52 @@ AS $fn$
              GROUP BY u.s) m ON m.s = g.i
 $fn$;
 
--- queen.log_timers_fire_ids_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
---     live boolean[]) -> (queue_ids bigint[], partition_ids bigint[], windows bigint[])
+-- The four-argument form of earlier builds (log_timers_fire_ids_v1, which provisioned
+-- with no deadline) is dropped once; nothing but the fire called it.
+DO $drop$
+BEGIN
+    IF to_regprocedure('queen.log_timers_fire_ids_v1(uuid[], text[], text[], boolean[])') IS NOT NULL THEN
+        DROP FUNCTION queen.log_timers_fire_ids_v1(uuid[], text[], text[], boolean[]);
+    END IF;
+END
+$drop$;
+
+-- queen.log_timers_fire_ids_v2(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+--     live boolean[], wait boolean)
+--   -> (queue_ids bigint[], partition_ids bigint[], windows bigint[], prov_busy int)
 -- Queue id, partition id and the queue's dedup_window_ms of every live segment (null for
 -- the others), looked up in one statement; only the missing queues and partitions are
--- provisioned (queen.log_provision_v1), in (tenant, queue, partition) order so that two
--- concurrent provisioners take the new rows in the same order.
--- Locks: queues and log_partitions, only the inserted rows (or a wait on a concurrent
--- inserter of the same name), in (tenant, queue, partition) order; never an existing
+-- provisioned (queen.log_provision_try_v1), in (tenant, queue, partition) order so that two
+-- concurrent provisioners take the new rows in the same order. Provisioning never waits
+-- long (schema 18): with wait false at most 1 ms on each lock, with wait true (or null)
+-- at most the session's lock_timeout, and never more than 500 ms (below the default
+-- deadlock_timeout, and far inside any lease; also when lock_timeout is 0, as a 1.0.0
+-- broker calls log_timers_fire_v1). A name whose provisioning met a lock held that long
+-- (a host transaction that created the queue or the partition, or deletes or renames the
+-- queue, and is still open) keeps all three ids null, like a segment that is not live:
+-- the fire finds no partition to lock and answers the segment busy, its rows untouched and
+-- still claimed, exactly as for a partition someone else holds. prov_busy counts those
+-- segments (every segment of a held name).
+-- Locks: queues and log_partitions, only the inserted rows (or a bounded wait on a
+-- concurrent inserter of the same name, or on a transaction that deletes or changes the
+-- key of the queue row), in (tenant, queue, partition) order; never an existing
 -- partition row.
-CREATE OR REPLACE FUNCTION queen.log_timers_fire_ids_v1(
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_ids_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_live boolean[],
-    OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[])
+    p_wait boolean,
+    OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[], OUT prov_busy int)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
 DECLARE
-    v_nseg int := coalesce(cardinality(p_seg_tenants), 0);
-    v_i    int;
-    v_prov record;
+    v_nseg    int := coalesce(cardinality(p_seg_tenants), 0);
+    v_i       int;
+    v_prov    record;
+    v_wait_ms int;          -- the bound on each provisioning wait, read once when needed
+    v_lt      int;
 BEGIN
+    prov_busy := 0;
     SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i)
       INTO queue_ids, partition_ids, windows
       FROM generate_series(1, v_nseg) AS g(i)
@@ -342,7 +367,23 @@ BEGIN
          WHERE p_live[g.i] AND partition_ids[g.i] IS NULL
          ORDER BY p_seg_tenants[g.i], p_seg_queues[g.i] COLLATE "C", p_seg_partitions[g.i] COLLATE "C", g.i
     LOOP
-        v_prov := queen.log_provision_v1(p_seg_tenants[v_i], p_seg_queues[v_i], p_seg_partitions[v_i]);
+        IF v_wait_ms IS NULL THEN
+            v_wait_ms := 1;
+            IF p_wait IS DISTINCT FROM false THEN
+                SELECT s.setting::int INTO v_lt FROM pg_catalog.pg_settings s WHERE s.name = 'lock_timeout';
+                v_wait_ms := CASE WHEN coalesce(v_lt, 0) > 0 THEN least(v_lt, 500) ELSE 500 END;
+            END IF;
+        END IF;
+        v_prov := queen.log_provision_try_v1(p_seg_tenants[v_i], p_seg_queues[v_i], p_seg_partitions[v_i],
+                                             v_wait_ms);
+        IF v_prov.partition_id IS NULL THEN
+            -- Held by someone else: its ids stay null (busy), the queue's too, so that no
+            -- half-known segment is ever appended.
+            queue_ids[v_i] := NULL;
+            windows[v_i] := NULL;
+            prov_busy := prov_busy + 1;
+            CONTINUE;
+        END IF;
         queue_ids[v_i] := v_prov.queue_id;
         partition_ids[v_i] := v_prov.partition_id;
         windows[v_i] := v_prov.dedup_window_ms;
@@ -478,7 +519,8 @@ $fn$;
 -- none null or empty, counts at least 1); the rest checked here by log_timers_fire_check_v1
 -- (without its two dearest findings, above) once the partitions are taken, unless every
 -- one is held by someone else (then nothing is taken: the all-busy answer).
--- Locks, in order: queues and log_partitions only to provision (as log_timers_fire_ids_v1);
+-- Locks, in order: queues and log_partitions only to provision (as log_timers_fire_ids_v2,
+-- each wait bounded: a name someone holds leaves its segments busy);
 -- the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait false) in
 -- ascending id order; the named rows of queen.log_timers, by DELETE under a lock_timeout of
 -- 1 ms (a DELETE cannot skip a locked row: a row someone else holds, a cancel or another
@@ -511,7 +553,7 @@ DECLARE
                          AND array_position(p_timer_tids, NULL) IS NULL;
 BEGIN
     BEGIN
-        v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all);
+        v_ids := queen.log_timers_fire_ids_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all, p_wait);
         v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
         -- Every partition held by someone else (p_wait false): the general way could only
         -- answer busy for every segment, after a full check and a lock (and a WAL record)
@@ -524,7 +566,8 @@ BEGIN
         -- README.md, eleventh pass).
         IF NOT EXISTS (SELECT 1 FROM unnest(v_last) AS l(o) WHERE l.o IS NOT NULL) THEN
             RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
-                v_ids.partition_ids, v_last, NULL, '{}');
+                v_ids.partition_ids, v_last, NULL, '{}')
+                || jsonb_build_object('provisionBusy', v_ids.prov_busy);
         END IF;
         -- The refusals (log_timers_fire_check_v1 without the two this way finds by itself),
         -- now that something can be fired: a malformed call is refused here, its
@@ -616,7 +659,8 @@ BEGIN
             RAISE EXCEPTION 'duplicate' USING ERRCODE = 'QSF01';
         END IF;
         RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts, v_ids.partition_ids,
-            v_last, v_app.base_offsets, '{}');
+            v_last, v_app.base_offsets, '{}')
+            || jsonb_build_object('provisionBusy', v_ids.prov_busy);
     EXCEPTION WHEN SQLSTATE 'QSF01' OR lock_not_available THEN
         -- Undone (the lock_timeout set above with it).
         RETURN NULL;
@@ -637,8 +681,14 @@ $fn$;
 --   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
 --                | {"status": "stale", "held": n}
 --                | {"status": "duplicate", "duplicates": n, "released": n}
---                | {"status": "busy", "count": n} (only with p_wait false) ],   (array order)
---    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows}
+--                | {"status": "busy", "count": n} ],   (array order)
+--    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows,
+--    "provisionBusy": segments}
+-- busy: the segment's partition someone else holds (p_wait false), some of its rows,
+-- still ours, another transaction has locked, or (schema 18) its queue or partition could
+-- not be provisioned because another transaction holds the name (below): its rows are
+-- untouched and still claimed, for a later call. provisionBusy counts the segments busy
+-- for that last reason ("busy" is absent from the answer of an empty call).
 -- One transaction (the caller's statement). The timers of segment i are the entries with
 -- timer_seg = i, IN FRAME ORDER (the k-th of them is frame k, hashed at bytes 16k..16k+15
 -- of seg_hashes[i]); tenant and queue of a timer are its segment's.
@@ -677,7 +727,7 @@ $fn$;
 -- each row outright; anything else undoes it (measured in tests/bench/README.md: one write
 -- per timer row instead of two, 8-10% on one sweeper). Then, only when the fast way stood
 -- aside, the
--- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v1 (ids,
+-- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v2 (ids,
 -- provisioning), log_partitions_lock_v1 and log_append_dedup_v1 (001),
 -- log_timers_fire_settle_v1 (the rows deleted or released, the answer).
 -- Locks of the fast way: provisioning, then the partitions as below (the only waits), then
@@ -695,6 +745,14 @@ $fn$;
 -- firing batches that span the same partitions then each deliver the partitions nobody
 -- holds instead of queueing behind each other; the caller's second call waits, so a
 -- partition that is never free still gets its timers.
+-- Provisioning (schema 18) never waits long, whatever p_wait: a missing queue or partition
+-- is created by log_provision_try_v1 (001) under a lock_timeout of 1 ms with p_wait false,
+-- and with p_wait true of the session's lock_timeout, at most 500 ms (500 ms when it is
+-- 0). A host transaction that created the same queue or partition and is still open, or
+-- deletes or renames the queue, holds the name: the segments of that name answer busy, as
+-- for a partition someone holds (their rows untouched, still claimed, the other segments
+-- of the call fired), and the caller tries them again later. Before, the fire waited for
+-- that transaction with no deadline, and with it every tenant of its claim.
 -- SET enable_seqscan = off: every table this call touches is reached through an index, and
 -- must stay so whatever the statistics say. A plan made while a table looked empty (a
 -- fresh install, a TRUNCATE before autoanalyze) is cached for the session; with a
@@ -746,7 +804,7 @@ BEGIN
     END IF;
     IF v_nseg = 0 THEN
         RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
-                                  'duplicate', 0, 'released', 0);
+                                  'duplicate', 0, 'released', 0, 'provisionBusy', 0);
     END IF;
 
     -- Nothing in the way (the common case): one subtransaction, one write per timer row.
@@ -779,7 +837,8 @@ BEGIN
     -- The live segments' queues and partitions (provisioned when missing), then their
     -- partition rows FOR UPDATE in ascending id order: the fire's only waits (none with
     -- p_wait false, where a partition someone else holds leaves its segments busy).
-    v_ids := queen.log_timers_fire_ids_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live);
+    v_ids := queen.log_timers_fire_ids_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live,
+        p_wait);
     v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
 
     -- Dedup and append, as if one by one in array order (skips segments without v_last).
@@ -788,6 +847,7 @@ BEGIN
 
     RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
         p_timer_keys, p_timer_seg, p_now, v_hold.held, v_held_n, v_ids.partition_ids,
-        v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame);
+        v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame)
+        || jsonb_build_object('provisionBusy', v_ids.prov_busy);
 END
 $fn$;

@@ -71,7 +71,16 @@ $fn$;
 -- 1.0.0 answered there: {"status": "stale", "held": 0} (counted in "stale", "busy" 0). The
 -- rows are untouched and still claimed; the 1.0.0 broker hands them back token-matched (or
 -- their lease lapses), and a later claim fires them. With wait false, busy is answered as
--- 1.0.0 did. Locks: as log_timers_fire_v2.
+-- 1.0.0 did. Schema 18, a queue or partition someone else holds: 1.0.0 provisioned with no
+-- deadline, so a host transaction that created the queue (or deleted it) and stayed open
+-- held a 1.0.0 fire, and every timer of its call, as long. Decided: never an unbounded
+-- wait, and still never busy with wait true. log_timers_fire_v2 waits for the name at most
+-- the session's lock_timeout, and never more than 500 ms (500 ms when it is 0, as a 1.0.0
+-- broker calls it), then answers that name's segments busy, which this wrapper answers
+-- {"status": "stale", "held": 0} like any other busy segment: the other segments of the
+-- call are fired, and the 1.0.0 broker hands the held name's rows back (or they lapse with
+-- their lease) and a later claim fires them once the name is free. "provisionBusy" (how
+-- many segments that was) is passed through. Locks: as log_timers_fire_v2.
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],

@@ -85,6 +85,7 @@ nlohmann::json Stats::to_json() {
     j["fire_txns_total"] = x.fire_txns_total;
     j["fire_bytes_total"] = x.fire_bytes_total;
     j["fire_busy_total"] = x.fire_busy_total;
+    j["fire_provision_busy_total"] = x.fire_provision_busy_total;
     j["fire_failures"] = {{"transient", x.fire_failures_transient},
                           {"config", x.fire_failures_config},
                           {"permanent", x.fire_failures_permanent}};
@@ -387,6 +388,10 @@ std::string Stats::to_prometheus() {
     m.family("fire_txns_total", "counter", "Fire transactions committed.").sample(x.fire_txns_total);
     m.family("fire_busy_total", "counter", "Segments deferred because someone else held their partition or a lock on one of their rows.")
         .sample(x.fire_busy_total);
+    m.family("fire_provision_busy_total", "counter",
+             "Segments deferred because their queue or partition could not be created: another transaction "
+             "held the name (a queue being created, removed or renamed).")
+        .sample(x.fire_provision_busy_total);
     m.family("fire_bytes_total", "counter", "Bytes of segments and hashes fired.").sample(x.fire_bytes_total);
     {
         auto fam = m.family("fire_failures_total", "counter", "Failed fire calls by error class.");

@@ -204,6 +204,8 @@ struct Figures {
     int64_t released_total = 0;        // claimed rows handed back without delivery
     int64_t fire_txns_total = 0;
     int64_t fire_busy_total = 0;       // segments deferred because their partition was held elsewhere
+    int64_t fire_provision_busy_total = 0;  // of those, segments whose queue or partition could not be
+                                            // provisioned: another transaction held the name (schema 18)
     int64_t fire_bytes_total = 0;
     int64_t fire_failures_transient = 0, fire_failures_config = 0, fire_failures_permanent = 0;
     int64_t poisoned_total = 0;        // timers isolated as the cause of a permanent failure

@@ -527,6 +527,7 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
 // that came back busy (kept), the stale rows to hand back, the fired ones to announce.
 struct Drain::FireTally {
     int64_t fired = 0, stale = 0, dup = 0, released = 0, lag_max = 0, stale_unheld = 0, fired_segs = 0;
+    int64_t provision_busy = 0;  // busy segments whose queue or partition someone else held ("provisionBusy")
     std::vector<int64_t> lags;
     std::vector<std::pair<size_t, int64_t>> fired_notes;  // (segment, base offset)
     FireBatch busy;
@@ -584,6 +585,7 @@ void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch 
         ++f.fire_txns_total;
         f.fire_bytes_total += static_cast<int64_t>(batch.bytes - t.busy.bytes);
         f.fire_busy_total += static_cast<int64_t>(t.busy.segments.size());
+        f.fire_provision_busy_total += t.provision_busy;
         for (auto l : t.lags) f.fire_lag.add(l);
         f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, t.lag_max);
     }
@@ -617,6 +619,10 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
         co_return;
     }
     FireTally t = tally_fire_answer(rows, batch, j["segments"]);
+    // Segments busy because another transaction held their queue or partition name (a queue
+    // being created, removed or renamed; schema 18): kept like any busy segment, and counted.
+    if (j.contains("provisionBusy") && j["provisionBusy"].is_number_integer())
+        t.provision_busy = std::max<int64_t>(j["provisionBusy"].get<int64_t>(), 0);
     publish_fire(rows, batch, t);
     // A row the fire could not lock is not necessarily lost to us: another broker's claim
     // may have held it for an instant (SKIP LOCKED) while our token is still on it. A

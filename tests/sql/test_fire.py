@@ -277,7 +277,7 @@ def test_fire_without_wait_skips_held_partitions_and_keeps_their_claims(q, conne
 
 def test_empty_fire(q):
     res = q.fire([])
-    assert res == {"segments": [], "fired": 0, "stale": 0, "duplicate": 0, "released": 0}
+    assert res == {"segments": [], "fired": 0, "stale": 0, "duplicate": 0, "released": 0, "provisionBusy": 0}
 
 
 # ---------------------------------------------------------------------------------------
