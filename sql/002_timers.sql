@@ -209,6 +209,28 @@ CREATE TABLE IF NOT EXISTS queen.log_timers_claim_turn (
 );
 INSERT INTO queen.log_timers_claim_turn (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
 
+-- The held rows (schema version 19): due rows in nobody's hands that a claim found locked by
+-- someone else's transaction (a host's open transaction that rescheduled the timer, an ORM
+-- session idle in transaction) at the head of the due index. Such a row is live, so without
+-- this list it is the earliest live row, every sweeper's floor stops at it for as long as it
+-- is held, and (its transaction holding the horizon back) every probe and claim walks every
+-- timer fired since. Listed here, the row is passed by the floors (log_timers_due_v2,
+-- log_timers_claim_v4 and log_timers_below_floor_v1 leave out a row listed at the due_at it
+-- still has) and every claim tries it by its key instead (FOR UPDATE SKIP LOCKED): what the
+-- row holds back is its own timer. An entry goes when its row is gone or no longer waits at
+-- the due_at it was listed at (fired, cancelled, rescheduled, handed back). At most 64
+-- entries: past that, the floor stops at the next held row as it did without the list.
+-- Shared by the brokers (one listing serves all; nothing in it decides who fires what), and
+-- written only when a held row is met.
+CREATE TABLE IF NOT EXISTS queen.log_timers_held (
+    tenant_id uuid NOT NULL,
+    queue     text COLLATE "C" NOT NULL,
+    timer_key text COLLATE "C" NOT NULL,
+    due_at    timestamptz NOT NULL,
+    listed_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, queue, timer_key)
+);
+
 -- ---------------------------------------------------------------------------------------
 -- Small helpers
 -- ---------------------------------------------------------------------------------------
@@ -1091,8 +1113,10 @@ $fn$;
 --                 least(cap, 512) most recently due rows, but the tenant of the earliest
 --                 due row (the oldest-first pool serves it): whose due rows are not at the
 --                 (visible_at) index's head, for the claim to take its share of them
---                 (log_timers_claim_v4). A single tenant's backlog names none.
--- The walks start at the floor (null: the index's head). The search for the next row stops
+--                 (log_timers_claim_v4). A single tenant's backlog names none;
+--      "held": the rows of queen.log_timers_held that are due and in nobody's hands (not
+--               counted in due: the walks pass them; the claim tries them by key).
+-- The walks start at the floor (null: the index's head) and pass a listed held row. The search for the next row stops
 -- at now + horizon_ms (null: no bound).
 -- Read-only. Locks: none. Refused with 22023: null now.
 CREATE OR REPLACE FUNCTION queen.log_timers_due_v2(p_shards int2[], p_now timestamptz, p_cap int,
@@ -1125,6 +1149,8 @@ DECLARE
     v_tenants uuid[];
     v_fire    boolean;
     v_maint   boolean;
+    v_listed  boolean := EXISTS (SELECT 1 FROM queen.log_timers_held);
+    v_held    bigint := 0;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_due_v2: now must not be null' USING ERRCODE = '22023';
@@ -1142,8 +1168,23 @@ BEGIN
           FROM queen.log_timers t
          WHERE t.due_at >= v_from AND t.due_at <= v_until
            AND (v_all OR t.shard = ANY (v_shards))
+           AND (NOT v_listed OR NOT EXISTS (
+                   SELECT 1 FROM queen.log_timers_held h
+                    WHERE h.tenant_id = t.tenant_id AND h.queue = t.queue
+                      AND h.timer_key = t.timer_key AND h.due_at = t.due_at))
          ORDER BY t.due_at
          LIMIT 1;
+    END IF;
+    IF v_listed THEN
+        -- The listed held rows that are due and in nobody's hands: the claim tries them by
+        -- key (their lock may be gone); they are not in "due", which counts the walk's.
+        SELECT count(*) INTO v_held
+          FROM queen.log_timers_held h
+          JOIN queen.log_timers t
+            ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+         WHERE t.due_at = h.due_at AND t.due_at <= p_now
+           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+           AND (v_all OR t.shard = ANY (v_shards));
     END IF;
 
     IF v_first IS NOT NULL THEN
@@ -1154,6 +1195,10 @@ BEGIN
          WHERE t.due_at >= v_first AND t.due_at <= v_until
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
            AND (v_all OR t.shard = ANY (v_shards))
+           AND (NOT v_listed OR NOT EXISTS (
+                   SELECT 1 FROM queen.log_timers_held h
+                    WHERE h.tenant_id = t.tenant_id AND h.queue = t.queue
+                      AND h.timer_key = t.timer_key AND h.due_at = t.due_at))
          ORDER BY t.due_at
          LIMIT 1;
         IF v_head IS NULL OR v_head > p_now THEN
@@ -1218,6 +1263,7 @@ BEGIN
         'floor', v_floor,
         'floorMs', CASE WHEN v_floor IS NULL OR NOT isfinite(v_floor) THEN NULL ELSE queen.epoch_ms_v1(v_floor) END,
         'tenants', coalesce(to_jsonb(v_tenants), '[]'::jsonb),
+        'held', v_held,
         'fireEnabled', v_fire AND NOT v_maint,
         'maintenance', v_maint,
         'scheduleEnabled', queen.switch_enabled_v1('timers_schedule_enabled', true));
@@ -1240,6 +1286,9 @@ AS $fn$
     SELECT queen.epoch_ms_v1(t.due_at)
       FROM queen.log_timers t
      WHERE t.due_at < p_floor
+       AND NOT EXISTS (SELECT 1 FROM queen.log_timers_held h
+                        WHERE h.tenant_id = t.tenant_id AND h.queue = t.queue
+                          AND h.timer_key = t.timer_key AND h.due_at = t.due_at)
      ORDER BY t.due_at
      LIMIT 1
 $fn$;
@@ -1274,6 +1323,106 @@ BEGIN
 END
 $fn$;
 
+-- queen.log_timers_claim_head_v1(floor timestamptz, now timestamptz, walk boolean)
+--   -> (head timestamptz, listed boolean)
+-- The claim's first steps (log_timers_claim_v4, "the floor" and "the held rows"):
+-- * the entries of queen.log_timers_held whose row is gone or no longer waits at the due_at
+--   listed are deleted (FOR UPDATE SKIP LOCKED: another claim tidying them is passed);
+-- * with walk (the claim covers every shard): head is the earliest live row at or after
+--   floor (null: the index's head) that is not listed. When that row is due and in nobody's
+--   hands it is locked here, FOR UPDATE SKIP LOCKED (the claim's walk then takes it, already
+--   this transaction's); when someone else's transaction holds it, it is listed (at most 64
+--   in all) and the next one read, at most 4 a call. Null: none (or no walk);
+-- * listed: whether the list holds anything now.
+-- Internal to the claim: runs in its transaction, as its owner (granted to no role).
+-- Locks: entries of queen.log_timers_held and one row of queen.log_timers, SKIP LOCKED
+-- (never waits; the insert of an entry another claim is inserting waits for that claim).
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_head_v1(p_floor timestamptz, p_now timestamptz,
+                                                          p_walk boolean,
+                                                          OUT head timestamptz, OUT listed boolean)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+DECLARE
+    v_tid  tid;
+    v_tn   uuid;
+    v_q    text;
+    v_k    text;
+    v_due  boolean;
+BEGIN
+    listed := EXISTS (SELECT 1 FROM queen.log_timers_held);
+    IF listed THEN
+        DELETE FROM queen.log_timers_held h
+         WHERE h.ctid = ANY (ARRAY(
+                SELECT x.ctid FROM queen.log_timers_held x
+                 WHERE NOT EXISTS (SELECT 1 FROM queen.log_timers t
+                                    WHERE t.tenant_id = x.tenant_id AND t.queue = x.queue
+                                      AND t.timer_key = x.timer_key AND t.due_at = x.due_at)
+                   FOR UPDATE SKIP LOCKED));
+        listed := EXISTS (SELECT 1 FROM queen.log_timers_held);
+    END IF;
+    IF NOT coalesce(p_walk, false) THEN
+        RETURN;
+    END IF;
+    FOR v_i IN 1 .. 4 LOOP
+        SELECT t.due_at, t.ctid, t.tenant_id, t.queue, t.timer_key,
+               t.due_at <= p_now AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+          INTO head, v_tid, v_tn, v_q, v_k, v_due
+          FROM queen.log_timers t
+         WHERE t.due_at >= coalesce(p_floor, '-infinity')
+           AND (NOT listed OR NOT EXISTS (
+                   SELECT 1 FROM queen.log_timers_held h
+                    WHERE h.tenant_id = t.tenant_id AND h.queue = t.queue
+                      AND h.timer_key = t.timer_key AND h.due_at = t.due_at))
+         ORDER BY t.due_at
+         LIMIT 1;
+        EXIT WHEN head IS NULL OR NOT v_due;
+        PERFORM 1 FROM queen.log_timers t WHERE t.ctid = v_tid FOR UPDATE SKIP LOCKED;
+        EXIT WHEN FOUND;
+        EXIT WHEN (SELECT count(*) FROM queen.log_timers_held) >= 64;
+        INSERT INTO queen.log_timers_held (tenant_id, queue, timer_key, due_at, listed_at)
+        VALUES (v_tn, v_q, v_k, head, p_now)
+        ON CONFLICT (tenant_id, queue, timer_key) DO NOTHING;
+        listed := true;
+    END LOOP;
+END
+$fn$;
+
+-- queen.log_timers_held_due_v1(now timestamptz, shards int2[], skip_tenants uuid[],
+--                              skip_queues text[], skip_partitions text[], max_rows int)
+--   -> table(tid, ct, cq, ck, cv, cd, cb): the claim's pool columns
+-- The listed held rows (queen.log_timers_held), by key, where they were listed: due, in
+-- nobody's hands and free now (a host's transaction that ended leaves its row to be taken
+-- here), oldest first, up to max_rows, locked FOR UPDATE SKIP LOCKED; shards and skip_* as
+-- log_timers_claim_v4's (null shards: every shard). Internal to the claim, in its
+-- transaction (granted to no role). Locks: those rows (SKIP LOCKED, never waits).
+CREATE OR REPLACE FUNCTION queen.log_timers_held_due_v1(
+    p_now timestamptz, p_shards int2[], p_skip_tenants uuid[], p_skip_queues text[],
+    p_skip_partitions text[], p_max_rows int)
+RETURNS TABLE (tid tid, ct uuid, cq text, ck text, cv timestamptz, cd timestamptz, cb bigint)
+LANGUAGE sql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+    SELECT t.ctid, t.tenant_id, t.queue, t.timer_key, t.due_at, t.deliver_at,
+           octet_length(t.payload)::bigint
+      FROM queen.log_timers_held h
+      JOIN queen.log_timers t
+        ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+     WHERE t.due_at = h.due_at AND t.due_at <= p_now
+       AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+       AND (p_shards IS NULL OR t.shard = ANY (p_shards))
+       AND NOT EXISTS (
+               SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
+                WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition)
+     ORDER BY t.due_at
+     LIMIT p_max_rows
+       FOR UPDATE OF t SKIP LOCKED
+$fn$;
+
 -- queen.log_timers_claim_v4(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
 --                           max_bytes bigint, claim_id uuid, skip_tenants uuid[],
 --                           skip_queues text[], skip_partitions text[], floor timestamptz,
@@ -1284,10 +1433,16 @@ $fn$;
 --            attempts int, floor_ms bigint, row_tid tid)
 -- Takes due rows (due_at <= now and in nobody's hands), oldest first, and puts them in the
 -- caller's hands for lease_ms:
--- * the floor: a plain read finds the earliest live row at or after the given floor (h);
---   the walks start at least(h, now - slack) (see above; a floor given with a subset of
+-- * the floor: a plain read finds the earliest live row at or after the given floor (h),
+--   passing a row listed in queen.log_timers_held; when h is due and in nobody's hands it is
+--   locked (FOR UPDATE SKIP LOCKED) and, when someone else holds it, listed there and the
+--   next row read (at most 4 a claim; at most 64 listed in all); the walks start at
+--   least(h, now - slack) (see above; a floor given with a subset of
 --   shards is kept as it is). floor_ms (the same on every row) is the floor the next call
 --   starts from;
+-- * the held rows: entries of queen.log_timers_held whose row is gone or no longer at the
+--   due_at listed are deleted; the listed rows due, in nobody's hands and free now are taken
+--   by key (FOR UPDATE SKIP LOCKED) into the pool, in front of the walk's;
 -- * the pool: the oldest due rows in one walk of the due index, up to max_rows, FOR UPDATE
 --   SKIP LOCKED, and, for each tenant named in tenants (at most 64; the probe's "tenants"),
 --   its own oldest due rows in nobody's hands, up to per_tenant, by
@@ -1368,10 +1523,10 @@ DECLARE
     v_bytes    bigint := CASE WHEN p_max_bytes IS NULL OR p_max_bytes < 1 THEN NULL ELSE p_max_bytes END;
     v_skip     boolean := coalesce(cardinality(p_skip_partitions), 0) > 0;
     v_tenants  uuid[];
-    v_t0       timestamptz;
     v_head     timestamptz;
     v_floor    timestamptz := p_floor;
     v_floor_ms bigint;
+    v_listed   boolean := false;
 BEGIN
     IF p_now IS NULL THEN
         RAISE EXCEPTION 'log_timers_claim: now must not be null' USING ERRCODE = '22023';
@@ -1398,22 +1553,15 @@ BEGIN
     SELECT array_agg(DISTINCT u) INTO v_tenants
       FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
 
+    PERFORM queen.log_timers_take_turn_v1();  -- "The turn" above
+
+    -- The held rows' list tidied, and the head ("The held rows" above; the floor never moves back).
+    SELECT h.head, h.listed INTO v_head, v_listed FROM queen.log_timers_claim_head_v1(p_floor, p_now, v_all) h;
     IF v_all THEN
-        -- The read below takes a snapshot of its own (VOLATILE), after now (the caller's now()).
-        v_t0 := p_now;
-        SELECT t.due_at INTO v_head
-          FROM queen.log_timers t
-         WHERE t.due_at >= coalesce(p_floor, '-infinity')
-         ORDER BY t.due_at
-         LIMIT 1;
-        v_floor := least(coalesce(v_head, 'infinity'::timestamptz), v_t0 - queen.log_timers_floor_slack_v1());
-        IF p_floor IS NOT NULL AND v_floor < p_floor THEN
-            v_floor := p_floor;
-        END IF;
+        v_floor := greatest(p_floor, least(coalesce(v_head, 'infinity'::timestamptz),
+                                           p_now - queen.log_timers_floor_slack_v1()));
     END IF;
     v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
-
-    PERFORM queen.log_timers_take_turn_v1();  -- "The turn" above
 
     RETURN QUERY
     WITH oldest AS MATERIALIZED (
@@ -1430,6 +1578,11 @@ BEGIN
          ORDER BY t.due_at
          LIMIT p_max_rows
            FOR UPDATE SKIP LOCKED
+    ), held AS MATERIALIZED (
+        SELECT d.* FROM queen.log_timers_held_due_v1(p_now, CASE WHEN v_all THEN NULL ELSE p_shards END,
+                                                     p_skip_tenants, p_skip_queues, p_skip_partitions,
+                                                     p_max_rows) d
+         WHERE v_listed
     ), shares AS MATERIALIZED (
         SELECT s.*
           FROM unnest(coalesce(v_tenants, '{}'::uuid[])) AS u(tn)
@@ -1449,12 +1602,14 @@ BEGIN
                  LIMIT v_per
                    FOR UPDATE SKIP LOCKED) s
     ), pool AS MATERIALIZED (
-        -- A row can be in both: the oldest pool and its tenant's share.
-        SELECT o.* FROM oldest o
+        -- A row can be in two: the oldest pool, a held row's, and its tenant's share.
+        SELECT d.* FROM held d
+        UNION ALL
+        SELECT o.* FROM oldest o WHERE NOT EXISTS (SELECT 1 FROM held d WHERE d.tid = o.tid)
         UNION ALL
         SELECT s.* FROM shares s WHERE NOT EXISTS (SELECT 1 FROM oldest o WHERE o.tid = s.tid)
-    ), whole AS (
-        -- The claim takes the whole pool: nothing to choose.
+                                   AND NOT EXISTS (SELECT 1 FROM held d WHERE d.tid = s.tid)
+    ), whole AS (  -- The claim takes the whole pool: nothing to choose.
         SELECT count(*) <= p_max_rows AND (v_bytes IS NULL OR coalesce(sum(p.cb), 0) <= v_bytes) AS ok
           FROM pool p
     ), ranked AS (

@@ -552,6 +552,10 @@ std::string Stats::to_prometheus() {
             .sample(fl.resets_total);
         m.family("floor_tenants_named", "gauge", "Tenants the claims take a share of through their own index.")
             .sample(fl.tenants_named);
+        m.family("floor_held_rows", "gauge",
+                 "Due timers another transaction keeps locked, passed by the floors and tried by key "
+                 "(queen.log_timers_held), at the last probe.")
+            .sample(fl.held_rows);
     }
 
     // A lost connection and what followed it.

@@ -107,6 +107,7 @@ struct FloorFigures {
     int64_t dead_tuples = -1;         // n_dead_tup of queen.log_timers at the last walk (-1: unknown)
     int64_t resets_total = 0;         // floors dropped (a new server): the next probe walks from the head
     int64_t tenants_named = 0;        // tenants the claims take a share of by their own index
+    int64_t held_rows = 0;            // listed held rows due at the last probe (queen.log_timers_held)
 
     nlohmann::json to_json() const {
         return {{"lag_ms", lag_ms},
@@ -116,7 +117,8 @@ struct FloorFigures {
                 {"behind_total", behind_total},
                 {"dead_tuples", dead_tuples},
                 {"resets_total", resets_total},
-                {"tenants_named", tenants_named}};
+                {"tenants_named", tenants_named},
+                {"held_rows", held_rows}};
     }
 };
 

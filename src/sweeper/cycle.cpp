@@ -123,15 +123,22 @@ Task<Sweeper::DrainStep> Sweeper::drain_step(const ProbeResult &pr, const std::v
         ++stats_.f.fire_paused_cycles_total;
         co_return d;
     }
-    if (pr.empty) co_return d;  // idle
+    if (pr.empty && pr.held <= 0) co_return d;  // idle
     d.outcome = CycleOutcome::work_due;
-    if (pr.due <= 0 && pr.next_in_ms > 0 && !drain_->kept_due()) co_return d;
+    // Nothing due for the walk: a drain only for held rows, at most once per sleep ceiling.
+    const bool held_only = pr.due <= 0 && (pr.empty || pr.next_in_ms > 0) && !drain_->kept_due();
+    if (held_only) {
+        d.next_in = pr.empty ? cfg_.sweeper_max_sleep_ms : pr.next_in_ms;
+        const uint64_t now = uv_now(&loop_);
+        if (!try_held_rows(pr.held, now, cycle_.held_tried_at, cfg_.sweeper_max_sleep_ms)) co_return d;
+        cycle_.held_tried_at = now;
+    }
     const Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
     d.capped = dr.capped;
     d.out_of_time = dr.out_of_time;
     d.failed_transient = dr.failed && backoff_.transient;  // unreachable or overloaded
     if (dr.moved > 0) d.outcome = CycleOutcome::drained;
-    else if (dr.empty_claim) d.outcome = CycleOutcome::empty_claim;
+    else if (dr.empty_claim && !held_only) d.outcome = CycleOutcome::empty_claim;
     else if (dr.failed) d.next_in = cfg_.sweeper_transient_backoff_ms;
     co_return d;
 }

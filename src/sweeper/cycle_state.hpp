@@ -17,6 +17,7 @@ struct CycleState {
     int64_t pressure = 0;           // consecutive cycles under database pressure (the ladder)
     int64_t slow_pressure = 0;      // consecutive drains that ran out of their half-lease
     bool fire_paused_logged = false;  // the probe's "fire paused" was logged, "resumed" not yet
+    uint64_t held_tried_at = 0;     // loop ms of the last claim sent for held rows alone (floor.hpp)
     std::minstd_rand rng;           // the empty-claim band's jitter
 };
 

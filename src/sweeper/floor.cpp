@@ -46,6 +46,12 @@ std::vector<std::string> tenants_after_claim(const std::vector<std::string> &nam
     return out;
 }
 
+bool try_held_rows(int64_t held, uint64_t now_ms, uint64_t last_tried_ms, int64_t every_ms) {
+    if (held <= 0) return false;
+    if (last_tried_ms == 0 || now_ms < last_tried_ms) return true;  // never tried, or a clock that went back
+    return now_ms - last_tried_ms >= static_cast<uint64_t>(std::max<int64_t>(every_ms, 1));
+}
+
 std::optional<int64_t> probe_horizon_ms(int64_t beyond_streak, int64_t idle_cycles, int64_t max_sleep_ms,
                                         int64_t idle_after_cycles) {
     if (idle_cycles > 0 || beyond_streak >= std::max<int64_t>(idle_after_cycles, 1)) return std::nullopt;

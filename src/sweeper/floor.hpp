@@ -73,6 +73,13 @@ std::vector<std::string> tenants_after_claim(const std::vector<std::string> &nam
 std::optional<int64_t> probe_horizon_ms(int64_t beyond_streak, int64_t idle_cycles, int64_t max_sleep_ms,
                                         int64_t idle_after_cycles);
 
+// Whether a cycle with nothing due but held rows (due rows another transaction keeps locked,
+// listed in queen.log_timers_held and passed by the floors) sends a claim to try them by
+// key: when there are some, at most once per every_ms (the sleep ceiling), so a held row
+// fires within about that once its holder lets go, and a row held for an hour costs one
+// claim a second, not a spin.
+bool try_held_rows(int64_t held, uint64_t now_ms, uint64_t last_tried_ms, int64_t every_ms);
+
 // ---- The floor's keeper --------------------------------------------------------------------
 
 class DueFloor {

@@ -42,6 +42,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         p.empty = no_next && !beyond;
         p.next_in_ms = no_next ? (beyond ? horizon.value_or(cfg_.sweeper_max_sleep_ms) : 0) : j["nextInMs"].get<int64_t>();
         p.due = j.value("due", int64_t(0));
+        p.held = j.value("held", int64_t(0));
         std::optional<int64_t> server_now;
         if (j.contains("nowMs") && j["nowMs"].is_number_integer()) {
             server_now = j["nowMs"].get<int64_t>();
@@ -69,6 +70,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         std::lock_guard<std::mutex> g(stats_.mu);
         auto &f = stats_.f;
         f.timers_due = p.due;
+        f.floor.held_rows = p.held;
         f.timers_due_capped = j.value("dueCapped", false);
         f.timers_oldest_late_ms = j.value("lateMs", int64_t(0));
         f.next_in_ms = p.empty ? -1 : std::max<int64_t>(p.next_in_ms, 0);

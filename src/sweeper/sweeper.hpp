@@ -74,6 +74,7 @@ private:
         bool empty = true;
         int64_t next_in_ms = 0;
         int64_t due = 0;
+        int64_t held = 0;  // listed held rows due (queen.log_timers_held): tried by key
         bool fire_enabled = true;
     };
     Task<ProbeResult> probe(const std::vector<int16_t> &shards);

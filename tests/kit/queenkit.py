@@ -75,7 +75,7 @@ TENANT_B = "00000000-0000-0000-0000-000000000002"
 QUEEN_TABLES = [
     "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
     "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
-    "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate",
+    "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate", "queen.log_timers_held",
 ]
 
 # Triggers the tests install are all named with this prefix and dropped between tests.

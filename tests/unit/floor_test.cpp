@@ -72,3 +72,19 @@ TEST(Floor, TenantsAreNamedWhileABacklogLastsAndTheirRowsKeepComing) {
     EXPECT_TRUE(tenants_after_claim({"a"}, {}).empty());
     EXPECT_TRUE(tenants_after_claim({}, {"a"}).empty());
 }
+
+TEST(Floor, HeldRowsAreTriedByKeyAtMostOncePerCeiling) {
+    // none held: never
+    EXPECT_FALSE(qsw::try_held_rows(0, 5000, 0, 1000));
+    EXPECT_FALSE(qsw::try_held_rows(-1, 5000, 0, 1000));
+    // held, never tried: at once
+    EXPECT_TRUE(qsw::try_held_rows(1, 5000, 0, 1000));
+    // within the ceiling of the last try: not yet; at it and after: again
+    EXPECT_FALSE(qsw::try_held_rows(3, 5999, 5000, 1000));
+    EXPECT_TRUE(qsw::try_held_rows(3, 6000, 5000, 1000));
+    EXPECT_TRUE(qsw::try_held_rows(3, 60000, 5000, 1000));
+    // a clock that went back tries (never a stall), and a ceiling under 1 ms is 1 ms
+    EXPECT_TRUE(qsw::try_held_rows(1, 4000, 5000, 1000));
+    EXPECT_FALSE(qsw::try_held_rows(1, 5000, 5000, 0));
+    EXPECT_TRUE(qsw::try_held_rows(1, 5001, 5000, 0));
+}

@@ -320,6 +320,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"floor.dead_tuples", "queen_sweeper_timers_dead_tuples"},
         {"floor.resets_total", "queen_sweeper_floor_resets_total"},
         {"floor.tenants_named", "queen_sweeper_floor_tenants_named"},
+        {"floor.held_rows", "queen_sweeper_floor_held_rows"},
     };
     nlohmann::json j = s.to_json();
     std::set<std::string> leaves;
