@@ -274,6 +274,7 @@ void PgConn::run(Query q, QueryCallback cb) {
     };
     pending_ = PgResult{};
     state_ = State::busy;
+    cut_at_stop_ = q.cut_at_stop;
     int sent;
     pipeline_ = false;
     pipe_index_ = 0;
@@ -533,6 +534,12 @@ void PgConn::broken(const std::string &raw_why, bool cancel_on_server) {
         cb(std::move(r));
     }
     if (!closing && state_ == State::down && hooks_.on_broken) hooks_.on_broken(*this, why, while_connecting);
+}
+
+bool PgConn::cut_short(const std::string &why) {
+    if (state_ != State::busy || !cut_at_stop_ || !cb_) return false;
+    broken(why, true);
+    return true;
 }
 
 void PgConn::close(const std::string &why) {

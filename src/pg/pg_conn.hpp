@@ -36,6 +36,9 @@ struct Query {
     // SQLSTATE, for the caller to read; the pool only leaves it out of calls_failed_total,
     // the figure an operator alerts on.
     std::vector<std::string> answer_sqlstates;
+    // A call whose answer is of no use once the sweeper stops (the walk from the index
+    // head): a graceful stop cuts it short (Pool::cut_short_at_stop) instead of waiting.
+    bool cut_at_stop = false;
 };
 
 // Where a failed call's failure came from, recorded where it happened, so that no caller
@@ -87,6 +90,9 @@ public:
     void connect_after(int64_t delay_ms);            // from down: start connecting after a delay
     void run(Query q, QueryCallback cb);             // requires idle
     void close(const std::string &why);              // abandon: cancel in flight, finish, closed forever
+    // The call in flight, when it is marked cut_at_stop: cancelled on the server, the
+    // connection replaced, the caller answered with a transport failure. True if it was.
+    bool cut_short(const std::string &why);
     State state() const { return state_; }
     int id() const { return id_; }
     int backend_pid() const { return backend_pid_; }
@@ -132,6 +138,7 @@ private:
     uv_timer_t *timer_ = nullptr;
     enum class TimerRole { none, reconnect, connect_deadline, call_deadline } timer_role_ = TimerRole::none;
     QueryCallback cb_;
+    bool cut_at_stop_ = false;  // the call in flight's Query::cut_at_stop
     PgResult pending_;
     bool flushing_ = false;
     int64_t stmt_deadline_ms_ = 0;

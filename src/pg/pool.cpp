@@ -348,6 +348,13 @@ PoolFigures Pool::figures() const {
     return f;
 }
 
+int Pool::cut_short_at_stop(const std::string &why) {
+    int n = 0;
+    for (auto &c : conns_)
+        if (c->cut_short(why)) ++n;
+    return n;
+}
+
 std::vector<int> Pool::backend_pids() const {
     std::vector<int> v;
     for (auto &c : conns_)

@@ -108,6 +108,11 @@ public:
     // The awaitable form for the cycle's coroutines.
     CallbackAwaiter<PgResult> query(Lane lane, Query q);
 
+    // At a graceful stop: every call in flight marked Query::cut_at_stop is cancelled on
+    // the server and answered with a transport failure, its connection and slot freed for
+    // what the stop still sends. How many were.
+    int cut_short_at_stop(const std::string &why);
+
     PoolFigures figures() const;
     bool up() const { return db_up_; }
     std::vector<int> backend_pids() const;

@@ -36,10 +36,13 @@ Task<void> Sweeper::run() {
         co_await bell_.sleep_for(sleep_ms);
     }
     // Graceful: hand back every claim still held so no other broker waits out a lease.
-    // A walk from the head still running holds this loop's state: wait for it (a stop
-    // past its time cancels its call).
-    while (floor_ && floor_->head_walking()) co_await loop_delay(&loop_, 5);
+    // A walk from the head still running is cut short first (its call cancelled on the
+    // server): the floor it would lower ends with the sweeper, and its connection and
+    // admission slot go to the release, which never waits for it. The walk's coroutine
+    // holds this loop's state: awaited last.
+    if (floor_ && floor_->head_walking()) pool_->cut_short_at_stop("stopping: the walk from the index head cut short");
     if (!life_.hard_stop()) co_await release_held();
+    while (floor_ && floor_->head_walking()) co_await loop_delay(&loop_, 5);
 }
 
 Task<int64_t> Sweeper::cycle() {

@@ -7,6 +7,8 @@
 
 namespace qsw {
 
+std::atomic<int> g_test_head_walk_sleep_s{0};
+
 std::optional<int64_t> floor_after_answer(std::optional<int64_t> current, uint64_t current_epoch,
                                           const FloorTicket &sent, std::optional<int64_t> answered) {
     if (!answered || sent.epoch != current_epoch) return current;
@@ -104,6 +106,10 @@ Task<void> DueFloor::head_walk() {
     q.sql = sql::kFloorHeadWalk;
     q.params = {text_param(std::to_string(sent.floor_ms.value_or(0)))};
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
+    q.cut_at_stop = true;
+    if (const int s = g_test_head_walk_sleep_s.load(); s > 0)
+        q.sql = std::string("SELECT w.* FROM (") + sql::kFloorHeadWalk + ") w CROSS JOIN pg_catalog.pg_sleep(" +
+                std::to_string(s) + ")";
     const uint64_t t0 = ctx_.now();
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     const int64_t took = static_cast<int64_t>(ctx_.now() - t0);
@@ -130,6 +136,11 @@ Task<void> DueFloor::head_walk() {
             r.origin = Origin::internal;
             r.message = "the walk from the head answered unreadably";
         }
+    }
+    if (!ok && ctx_.stopping.load()) {
+        // Cut short by a graceful stop (or failed during it): nothing to lower any more.
+        ctx_.log.info("the walk from the index head was cut short by the stop");
+        co_return;
     }
     if (!ok) {
         if (r.ok) r.message = "the walk from the head returned no row";

@@ -19,6 +19,7 @@
 // The decisions are pure functions (below the class), tested at both ends
 // (tests/unit/floor_test.cpp). Loop thread only.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -80,6 +81,11 @@ std::optional<int64_t> probe_horizon_ms(int64_t beyond_streak, int64_t idle_cycl
 // claim a second, not a spin.
 bool try_held_rows(int64_t held, uint64_t now_ms, uint64_t last_tried_ms, int64_t every_ms);
 
+// Test seam (integration tests link the core): when > 0, the walk from the head also sleeps
+// this many seconds on the server, a walk through a long transaction's dead entries made
+// to last. 0 in production.
+extern std::atomic<int> g_test_head_walk_sleep_s;
+
 // ---- The floor's keeper --------------------------------------------------------------------
 
 class DueFloor {
@@ -101,7 +107,8 @@ public:
     void note_claim_tenants(const std::set<std::string> &got);
 
     // The walk from the head: due (and not running), started beside the cycle by the
-    // Sweeper, awaited at the loop's end.
+    // Sweeper. A graceful stop cuts it short (its call is Query::cut_at_stop: the floor it
+    // would lower ends with the sweeper) before handing the held claims back, then awaits it.
     bool head_walk_due() const;
     bool head_walking() const { return walking_; }
     Task<void> head_walk();

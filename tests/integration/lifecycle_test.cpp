@@ -16,6 +16,7 @@
 #include "db.hpp"
 #include "helpers.hpp"
 #include "queen_sweeper.h"
+#include "sweeper/floor.hpp"
 
 using namespace std::chrono;
 using testhelp::stats_of;
@@ -126,6 +127,67 @@ TEST_F(Lifecycle, StopPastItsTimeoutCancelsTheQueryInFlight) {
     }, 5000));
     locker.exec("COMMIT");
     queen_sweeper_destroy(&sw);
+}
+
+// A graceful stop hands its claims back without waiting for a walk from the index head
+// (issue 36): the walk (made to last 60 s on the server, past its own 30 s deadline, by
+// the test seam) is cut short, the claims go back at once, and the stop returns OK well
+// inside its 15 s. A stop that waited for the walk first would run out of its 15 s, turn
+// hard and leave every claim to its lease: the rows would still carry a claim token.
+TEST_F(Lifecycle, GracefulStopHandsClaimsBackWithoutWaitingForAWalkFromTheHead) {
+    testdb::Conn db;
+    const std::string queue = "lifecycle-stopwalk-" + std::to_string(::getpid());
+    db.exec("DELETE FROM queen.log_timers WHERE queue = '" + queue + "'");
+    const std::string pid = db.scalar("SELECT partition_id FROM queen.log_provision_v1("
+                                      "'00000000-0000-0000-0000-000000000001', '" + queue + "', 'blocked')");
+    db.exec("INSERT INTO queen.log_timers (queue, timer_key, partition, deliver_at, txn, message_id, payload) "
+            "SELECT '" + queue + "', 't' || g, 'blocked', now() - interval '1 minute', '" + queue +
+            "-' || g, gen_random_uuid(), '\\x0102'::bytea FROM generate_series(1, 5) g");
+    // The partition held: every fire into it comes back busy and the sweeper keeps its claims.
+    testdb::Conn locker;
+    locker.exec("BEGIN");
+    locker.exec("SELECT id FROM queen.log_partitions WHERE id = " + pid + " FOR UPDATE");
+    const std::string app = "qs-lifecycle-stopwalk-" + std::to_string(::getpid());
+    qsw::g_test_head_walk_sleep_s.store(60);
+    queen_sweeper *sw = make(R"({"sweeper_lease_ms": 60000})", testdb::sweeper_conninfo() + " application_name=" + app);
+    ASSERT_EQ(queen_sweeper_start(sw), 0);
+    testdb::Conn watch;
+    const auto held = [&] {
+        return watch.count("SELECT count(*) FROM queen.log_timers WHERE queue = '" + queue +
+                           "' AND claim_token IS NOT NULL AND claimed_until > now()");
+    };
+    EXPECT_TRUE(wait_for([&] { return stats_of(sw)["busy_kept_segments"].get<int64_t>() >= 1 && held() == 5; },
+                         15000))
+        << "the sweeper never kept its claims on the held partition";
+    EXPECT_TRUE(wait_for([&] {
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app +
+                           "' AND state = 'active' AND query LIKE '%pg_sleep%'") > 0;
+    }, 15000)) << "the walk from the head never started";
+    const auto t0 = steady_clock::now();
+    const int rc = queen_sweeper_stop(sw, 15000);
+    const auto took = duration_cast<milliseconds>(steady_clock::now() - t0).count();
+    qsw::g_test_head_walk_sleep_s.store(0);
+    const long long left = held();
+    std::printf("stop with a walk from the head in flight returned %d after %lld ms, %lld claim(s) left\n", rc,
+                static_cast<long long>(took), left);
+    EXPECT_EQ(rc, 0) << queen_sweeper_last_error();
+    EXPECT_EQ(left, 0) << "claims still held after a graceful stop";
+    EXPECT_EQ(watch.count("SELECT count(*) FROM queen.log_timers WHERE queue = '" + queue +
+                          "' AND claim_token IS NOT NULL"),
+              0);
+    auto st = stats_of(sw);
+    EXPECT_EQ(st["released_on_stop_total"], 5);
+    EXPECT_EQ(st["fired_total"], 0);
+    // Cut short by the stop: not a failure of the walk.
+    EXPECT_EQ(st["floor"]["head_walk_failures_total"], 0);
+    expect_clean_teardown(sw);
+    // The walk's backend was cancelled, not left sleeping.
+    EXPECT_TRUE(wait_for([&] {
+        return watch.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'") == 0;
+    }, 5000));
+    queen_sweeper_destroy(&sw);
+    locker.exec("ROLLBACK");
+    db.exec("DELETE FROM queen.log_timers WHERE queue = '" + queue + "'");
 }
 
 TEST_F(Lifecycle, WakesRacingStopFromSeveralThreads) {
