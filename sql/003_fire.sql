@@ -305,16 +305,6 @@ AS $fn$
              GROUP BY u.s) m ON m.s = g.i
 $fn$;
 
--- The four-argument form of earlier builds (log_timers_fire_ids_v1, which provisioned
--- with no deadline) is dropped once; nothing but the fire called it.
-DO $drop$
-BEGIN
-    IF to_regprocedure('queen.log_timers_fire_ids_v1(uuid[], text[], text[], boolean[])') IS NOT NULL THEN
-        DROP FUNCTION queen.log_timers_fire_ids_v1(uuid[], text[], text[], boolean[]);
-    END IF;
-END
-$drop$;
-
 -- queen.log_timers_fire_ids_v2(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     live boolean[], wait boolean)
 --   -> (queue_ids bigint[], partition_ids bigint[], windows bigint[], prov_busy int)
