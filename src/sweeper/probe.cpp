@@ -1,8 +1,8 @@
 // A. PROBE: one read-only call and one server now(). From the floor (sweeper/floor.hpp),
 // the first entry of the due index (due_at; the rows in flight passed by their lease,
 // schema version 9) gives the nearest due instant within the horizon; a capped count
-// gives the due rows; under a backlog, the tenants of the most recently due rows; and the
-// floor the next probe and claim start from.
+// gives the due rows (capped: a backlog, for the claims to name tenants from the ring); and
+// the floor the next probe and claim start from.
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
 #include "sweeper/sweeper.hpp"
@@ -51,11 +51,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         std::optional<int64_t> next_floor;
         if (j.contains("floorMs") && j["floorMs"].is_number_integer()) next_floor = j["floorMs"].get<int64_t>();
         floor_->note_answer(floor, next_floor, server_now);
-        std::vector<std::string> found;
-        if (j.contains("tenants") && j["tenants"].is_array())
-            for (const auto &t : j["tenants"])
-                if (t.is_string()) found.push_back(t.get<std::string>());
-        floor_->note_probe_tenants(j.value("dueCapped", false), found);
+        floor_->note_probe_backlog(j.value("dueCapped", false));
         const bool fire_enabled = j.value("fireEnabled", true);
         const bool maintenance = j.value("maintenance", false);
         p.fire_enabled = fire_enabled;
