@@ -210,6 +210,10 @@ CREATE TABLE IF NOT EXISTS queen.log_timers_claim_turn (
 );
 ALTER TABLE queen.log_timers_claim_turn ADD COLUMN IF NOT EXISTS tenant_after uuid;
 INSERT INTO queen.log_timers_claim_turn (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
+-- The claims that did not have the turn within its wait, for the whole fleet since the
+-- schema was created: a sequence, so counting takes no lock and survives the failed try's
+-- rollback (log_timers_take_turn_v1; the probe answers it as "turnTimeouts").
+CREATE SEQUENCE IF NOT EXISTS queen.log_timers_turn_timeouts;
 
 -- The held rows (schema version 19): due rows in nobody's hands that a claim found locked by
 -- someone else's transaction (a host's open transaction that rescheduled the timer, an ORM
@@ -1096,7 +1100,7 @@ $fn$;
 
 -- queen.log_timers_due_v2(shards int2[], now, cap int, floor timestamptz, horizon_ms int)
 --   -> jsonb {"now", "nowMs", "nextInMs", "beyond", "due", "dueCapped", "lateMs", "floor",
---             "floorMs", "held", "fireEnabled", "maintenance", "scheduleEnabled"}
+--             "floorMs", "held", "turnTimeouts", "fireEnabled", "maintenance", "scheduleEnabled"}
 --      "nextInMs": ms from now until the next instant something may come due over the given
 --                  shards (null shards = all 64), rounded up, 0 when it has passed, null when
 --                  nothing is found: the earlier of the first row in nobody's hands and the
@@ -1112,7 +1116,9 @@ $fn$;
 --                found within now + horizon_ms (nextInMs is then null, and the table may
 --                still hold rows further out: not the same as empty);
 --      "held": the rows of queen.log_timers_held that are due and in nobody's hands (not
---               counted in due: the walks pass them; the claim tries them by key).
+--               counted in due: the walks pass them; the claim tries them by key);
+--      "turnTimeouts": claims of the whole fleet that walked without the claim turn because
+--                      its wait ran out, since the schema was created (a counter).
 -- The walks start at the floor (null: the index's head) and pass a listed held row. The search for the next row stops
 -- at now + horizon_ms (null: no bound).
 -- Read-only. Locks: none. Refused with 22023: null now.
@@ -1245,6 +1251,8 @@ BEGIN
         'floor', v_floor,
         'floorMs', CASE WHEN v_floor IS NULL OR NOT isfinite(v_floor) THEN NULL ELSE queen.epoch_ms_v1(v_floor) END,
         'held', v_held,
+        'turnTimeouts', (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+                           FROM queen.log_timers_turn_timeouts s),
         'fireEnabled', v_fire AND NOT v_maint,
         'maintenance', v_maint,
         'scheduleEnabled', queen.switch_enabled_v1('timers_schedule_enabled', true));
@@ -1279,8 +1287,9 @@ $fn$;
 -- locked FOR UPDATE for the caller's transaction, waited for under a 50 ms lock_timeout
 -- (PostgreSQL applies it to each of a row lock's two waits, for a place in the row's queue
 -- and then for its holder: 100 ms at the very worst). True when had;
--- false when the wait ran out or the row is missing, and then nothing is held: the failed
--- try is a subtransaction, undone with the lock_timeout it set. The caller's lock_timeout
+-- false when the wait ran out (counted: nextval of queen.log_timers_turn_timeouts) or the
+-- row is missing, and then nothing is held: the failed try is a subtransaction, undone with
+-- the lock_timeout it set. The caller's lock_timeout
 -- is its own again either way. An internal helper (SECURITY INVOKER, granted to nobody).
 -- Locks: that row, FOR UPDATE (waits under a 50 ms lock_timeout).
 CREATE OR REPLACE FUNCTION queen.log_timers_take_turn_v1()
@@ -1299,6 +1308,7 @@ BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
     EXCEPTION WHEN lock_not_available THEN
         v_had := false;
+        PERFORM nextval('queen.log_timers_turn_timeouts');
     END;
     RETURN coalesce(v_had, false);
 END

@@ -86,6 +86,7 @@ nlohmann::json Stats::to_json() {
     j["fire_bytes_total"] = x.fire_bytes_total;
     j["fire_busy_total"] = x.fire_busy_total;
     j["fire_provision_busy_total"] = x.fire_provision_busy_total;
+    j["claim_turn_timeouts_fleet_total"] = x.claim_turn_timeouts_fleet_total;
     j["fire_failures"] = {{"transient", x.fire_failures_transient},
                           {"config", x.fire_failures_config},
                           {"permanent", x.fire_failures_permanent}};
@@ -392,6 +393,10 @@ std::string Stats::to_prometheus() {
              "Segments deferred because their queue or partition could not be created: another transaction "
              "held the name (a queue being created, removed or renamed).")
         .sample(x.fire_provision_busy_total);
+    m.family("claim_turn_timeouts_fleet_total", "counter",
+             "Claims of the whole fleet that walked without the claim turn because its 50 ms wait ran out "
+             "(the same on every broker: read it with max()).")
+        .sample(x.claim_turn_timeouts_fleet_total);
     m.family("fire_bytes_total", "counter", "Bytes of segments and hashes fired.").sample(x.fire_bytes_total);
     {
         auto fam = m.family("fire_failures_total", "counter", "Failed fire calls by error class.");

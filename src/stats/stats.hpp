@@ -199,6 +199,8 @@ struct Figures {
     int64_t claim_batch = 0;           // rows the next claim asks for (grows while a backlog lasts)
     int64_t claims_ahead_total = 0;    // claims sent while the previous claim was being fired
     int64_t contended_claims_total = 0;  // claims whose fires met another broker (busy or stale)
+    int64_t claim_turn_timeouts_fleet_total = 0;  // the whole fleet's claims that walked without the
+                                                  // claim turn (its wait ran out), from the last probe
     int64_t fired_total = 0;           // timers delivered into the log
     int64_t fired_segments_total = 0;
     int64_t stale_total = 0;           // segments found stale at fire time

@@ -67,6 +67,8 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
         auto &f = stats_.f;
         f.timers_due = p.due;
         f.floor.held_rows = p.held;
+        if (j.contains("turnTimeouts") && j["turnTimeouts"].is_number_integer())
+            f.claim_turn_timeouts_fleet_total = std::max<int64_t>(j["turnTimeouts"].get<int64_t>(), 0);
         f.timers_due_capped = j.value("dueCapped", false);
         f.timers_oldest_late_ms = j.value("lateMs", int64_t(0));
         f.next_in_ms = p.empty ? -1 : std::max<int64_t>(p.next_in_ms, 0);

@@ -272,12 +272,13 @@ def test_the_ring_reaches_a_small_tenant_behind_200_busy_tenants_within_four_cla
     assert min(counts) >= 6 and sum(1 for c in counts if c <= 9) >= 196, counts
 
 
-def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywhere(q, connections):
+def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywhere_and_is_counted(q, connections):
     sched_many(q, 20, tenant=T1, now=NOW - ms(1000), prefix="a")
     sched_many(q, 20, tenant=T2, now=NOW - ms(1000), prefix="b")
     q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
     other = connections(autocommit=False)
     other.cursor().execute("SELECT 1 FROM queen.log_timers_claim_turn WHERE id = 1 FOR UPDATE")
+    timeouts = due2(q)["turnTimeouts"]
     try:
         rows = claim3(q, max_rows=10, per_tenant=50, tenants=[])
         # both tenants named (a random place: both are in the ring), 5 each
@@ -285,8 +286,11 @@ def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywher
         assert ring_place(q) is None
     finally:
         other.rollback()
+    # the claim that walked without the turn is counted, for the fleet, by the probe
+    assert due2(q)["turnTimeouts"] == timeouts + 1
     claim3(q, max_rows=10, per_tenant=50, tenants=[])
     assert ring_place(q) in (T1, T2)
+    assert due2(q)["turnTimeouts"] == timeouts + 1
     # no backlog (tenants null): the ring is not walked
     q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
     claim3(q, max_rows=10, per_tenant=50, tenants=None)
