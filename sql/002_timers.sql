@@ -40,6 +40,8 @@ DROP FUNCTION IF EXISTS queen.log_timers_claim_v2(int2[], timestamptz, int, int,
 DROP FUNCTION IF EXISTS queen.log_timers_claim_v3(int2[], timestamptz, int, int, int, bigint, uuid,
                                                   uuid[], text[], text[], timestamptz, uuid[]);
 DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v1(uuid[], timestamptz, timestamptz);
+-- Until schema version 22, log_timers_release_claims_v2 had no floor (a walk from the head).
+DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz);
 
 -- ---------------------------------------------------------------------------------------
 -- The table
@@ -1991,20 +1993,24 @@ END
 $fn$;
 
 -- queen.log_timers_release_claims_v2(claims uuid[], lease_from timestamptz,
---                                     lease_to timestamptz, now timestamptz) -> int
+--                                     lease_to timestamptz, now timestamptz,
+--                                     floor timestamptz) -> int
 -- Hands back every row still held under one of the given claim ids (claim_token = the
 -- claim_id given to log_timers_claim_v4) whose lease ends between lease_from and lease_to:
 -- claim_token nulled and claimed_until set, no attempt spent, as log_timers_release_v2. For a
 -- caller whose claim's answer was lost (the connection died after the claim committed):
--- it never saw the rows, but it knows the claim ids it sent and, within its clock's
--- uncertainty, when their lease ends (a claim's rows all have claimed_until = its now +
--- lease_ms; they wait at the due_at they were claimed at, so the
--- walk is the due index from its head to the window's end). A claim that
--- never committed has no rows. Returns the number released.
+-- it never saw the rows, but it knows the claim ids it sent, the floor it sent them with,
+-- and, within its clock's uncertainty, when their lease ends (a claim's rows all have
+-- claimed_until = its now + lease_ms; they wait at the due_at they were claimed at, at or
+-- after the floor the claim was given, at or before its now). So the walk is the due index
+-- from floor (null: its head) to the window's end, and the listed held rows
+-- (queen.log_timers_held), the one kind a claim takes behind its floor, by key. A claim
+-- that never committed has no rows. Returns the number released.
 -- Refused with 22023: a null or inverted window, or one over 10 minutes (a bounded walk).
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
 CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v2(
-    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz, p_now timestamptz)
+    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz, p_now timestamptz,
+    p_floor timestamptz)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -2022,22 +2028,30 @@ BEGIN
     IF coalesce(cardinality(p_claims), 0) = 0 THEN
         RETURN 0;
     END IF;
-    WITH held AS (
+    WITH walked AS (
         SELECT t.ctid AS tid
           FROM queen.log_timers t
-         -- A claim's rows wait at the due_at they had when claimed,
-         -- at or before the claim's now, so at or before the window's end: a walk of the
-         -- due index from its head to there, checking each row's lease (claim_token, and
-         -- claimed_until in the window). Rows claimed under version 8 or earlier wait at
-         -- their lease's end, inside the same range.
-         WHERE t.due_at <= p_lease_to
+         -- A claim's rows wait at the due_at they had when claimed, at or after its floor
+         -- and at or before its now, so before the window's end: a walk of the due index
+         -- over that range, checking each row's lease (claim_token, and claimed_until in the
+         -- window). Rows claimed under version 8 or earlier wait at their lease's end,
+         -- inside the same range.
+         WHERE t.due_at >= coalesce(p_floor, '-infinity'::timestamptz) AND t.due_at <= p_lease_to
            AND t.claimed_until BETWEEN p_lease_from AND p_lease_to
            AND t.claim_token = ANY (p_claims)
-           FOR UPDATE SKIP LOCKED
+           FOR UPDATE OF t SKIP LOCKED
+    ), listed AS (  -- a held row the claim took by key, perhaps behind its floor
+        SELECT t.ctid AS tid
+          FROM queen.log_timers_held h
+          JOIN queen.log_timers t
+            ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+         WHERE t.claimed_until BETWEEN p_lease_from AND p_lease_to
+           AND t.claim_token = ANY (p_claims)
+           FOR UPDATE OF t SKIP LOCKED
     ), upd AS (
         UPDATE queen.log_timers AS t
            SET claim_token = NULL, claimed_until = queen.log_timers_not_before_v1(t.deliver_at, p_now)
-         WHERE t.ctid = ANY (ARRAY(SELECT h.tid FROM held h))
+         WHERE t.ctid = ANY (ARRAY(SELECT w.tid FROM walked w UNION SELECT l.tid FROM listed l))
            AND t.claim_token = ANY (p_claims)
         RETURNING 1
     )

@@ -304,7 +304,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     }
     if (!r.ok) {
         // Sent and unanswered: it may have committed. Remembered by id, handed back later.
-        if (is_answer_lost(r) && !is_never_sent(r) && !is_read_only(r)) recovery_.remember_lost_claim(out.id, out.sent);
+        if (is_answer_lost(r) && !is_never_sent(r) && !is_read_only(r)) recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
         out.error = std::move(r);
         co_return;
     }
@@ -318,7 +318,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
         // its id on the next cycle (as one whose answer was lost).
         out.ok = true;
         out.undecodable = std::string("claim (") + e.what() + ")";
-        recovery_.remember_lost_claim(out.id, out.sent);
+        recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
     }
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);

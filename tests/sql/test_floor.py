@@ -98,8 +98,7 @@ def test_a_hand_back_puts_the_row_at_the_now_of_the_hand_back(q):
     cid = uuid.uuid4()
     q.exec("UPDATE queen.log_timers SET claim_token = %s WHERE timer_key = %s", (str(cid), rows[1]["timer_key"]))
     lease_end = NOW + ms(30_000)
-    assert q.one("SELECT queen.log_timers_release_claims_v2(%s::uuid[], %s, %s, %s)",
-                 ([str(cid)], lease_end - ms(1), lease_end + ms(1), later)) == 1
+    assert q.release_claims([cid], lease_end - ms(1), lease_end + ms(1), now=later) == 1
     got = q.all("SELECT timer_key, visible_at FROM queen.log_timers ORDER BY 1")
     assert [r["visible_at"] for r in got] == [later, later], got
     # a floor from before the hand-back: both fire
