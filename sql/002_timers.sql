@@ -40,7 +40,9 @@ DROP FUNCTION IF EXISTS queen.log_timers_claim_v2(int2[], timestamptz, int, int,
 DROP FUNCTION IF EXISTS queen.log_timers_claim_v3(int2[], timestamptz, int, int, int, bigint, uuid,
                                                   uuid[], text[], text[], timestamptz, uuid[]);
 DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v1(uuid[], timestamptz, timestamptz);
--- Until schema version 22, log_timers_release_claims_v2 had no floor (a walk from the head).
+-- Until schema version 22, log_timers_release_claims_v2 had no floor (a walk from the head);
+-- until 23, log_timers_tenant_ring_v1 no cap on the tenants it names.
+DROP FUNCTION IF EXISTS queen.log_timers_tenant_ring_v1(timestamptz, timestamptz, boolean);
 DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz);
 
 -- ---------------------------------------------------------------------------------------
@@ -1344,14 +1346,14 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_tenant_ring_v1(now timestamptz, floor timestamptz, turn boolean)
---   -> uuid[]
+-- queen.log_timers_tenant_ring_v1(now timestamptz, floor timestamptz, turn boolean,
+--                                  name int) -> uuid[]
 -- The tenants a claim under a backlog serves first (log_timers_claim_v4, "the ring"): the
 -- tenants with pending timers, in uuid order, form one ring for the whole fleet. From the
 -- place after queen.log_timers_claim_turn.tenant_after (with turn false, or no place yet:
 -- after a random uuid), it looks at the next tenants in ring order, at most 256 a call, and
--- names those with a row due (due_at between floor and now) in nobody's hands, at most 64,
--- in ring order. With turn (the caller holds the claim turn, so the row is its own), the
+-- names those with a row due (due_at between floor and now) in nobody's hands, at most name
+-- (1 to 64), in ring order. With turn (the caller holds the claim turn, so the row is its own), the
 -- place moves to the last tenant looked at: the next claim, on any broker, goes on from
 -- there. Looking at a tenant is two descents: the next tenant by the primary key (its order
 -- spreads a tenant's fired rows over its keys, so few dead entries come first) and its due
@@ -1361,7 +1363,7 @@ $fn$;
 -- Internal to the claim: runs in its transaction, as its owner (granted to no role).
 -- Locks: none (the update of the turn's row is the caller's, which holds it).
 CREATE OR REPLACE FUNCTION queen.log_timers_tenant_ring_v1(p_now timestamptz, p_floor timestamptz,
-                                                         p_turn boolean)
+                                                         p_turn boolean, p_name int)
 RETURNS uuid[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
@@ -1402,7 +1404,7 @@ BEGIN
                     WHERE (t.tenant_id, t.due_at) >= (v_tn, v_from) AND (t.tenant_id, t.due_at) <= (v_tn, p_now)
                       AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)) THEN
             v_named := v_named || v_tn;
-            EXIT WHEN cardinality(v_named) >= 64;
+            EXIT WHEN cardinality(v_named) >= least(greatest(p_name, 1), 64);
         END IF;
         EXIT WHEN v_wrap AND v_tn = v_start;
     END LOOP;
@@ -1535,7 +1537,8 @@ $fn$;
 --   by key (FOR UPDATE SKIP LOCKED) into the pool, in front of the walk's;
 -- * the ring (tenants not null: the caller has a backlog, more due than one claim takes;
 --   every shard): the tenants named from the fleet's ring of tenants
---   (log_timers_tenant_ring_v1: at most 64 with due rows, from where the last claim holding
+--   (log_timers_tenant_ring_v1: with due rows, as many as can have a share of
+--   least(per_tenant, 32), at most 64, from where the last claim holding
 --   the turn left off; that place moves with this claim when it holds the turn). When the
 --   ring names two or more, they are named with those given in tenants (at most 64 in all);
 --   one tenant's backlog is served by the oldest-first walk alone. Null tenants: no ring;
@@ -1553,9 +1556,9 @@ $fn$;
 -- The rule between tenants: under a backlog every tenant with due rows gets an equal share
 -- of the claims that name it, and every one is named in turn; within a tenant, oldest first.
 -- A tenant with a few due timers behind other tenants' backlogs is reached within
--- ceil(D / 64) claims (D: tenants with due rows; at most ceil(T / 256), T: tenants with
--- pending timers, while most of them have nothing due), then fired in
--- ceil(its rows / share) claims naming it.
+-- ceil(D / K) claims (K = least(64, max_rows / least(per_tenant, 32)) named a claim; D:
+-- tenants with due rows; at most ceil(T / 256), T: tenants with pending timers, while most of
+-- them have nothing due), and up to 32 of its timers go in the claim that names it.
 -- * the choice: when the whole pool fits max_rows and the byte budget, all of it;
 --   otherwise per_tenant rows per tenant (null, < 1 or >= max_rows: no share), round by
 --   round, oldest first within each round (by due_at, then deliver_at: timers written at
@@ -1656,7 +1659,8 @@ BEGIN
     END IF;
     v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
     IF p_tenants IS NOT NULL AND v_all THEN  -- a backlog: "The ring" above
-        v_ring := queen.log_timers_tenant_ring_v1(p_now, v_floor, v_turn);
+        -- As many as can have a share of 32 (a handful of timers in one naming), up to 64.
+        v_ring := queen.log_timers_tenant_ring_v1(p_now, v_floor, v_turn, p_max_rows / least(v_per, 32));
         IF cardinality(v_ring) > 1 THEN
             v_tenants := ARRAY(SELECT DISTINCT u FROM unnest(v_ring || v_tenants) AS u LIMIT 64);
         END IF;

@@ -237,62 +237,62 @@ def ring_place(q):
 
 
 def test_the_ring_reaches_a_small_tenant_behind_200_busy_tenants_within_four_claims(q):
-    """200 busy tenants, 30 rows each due a minute ago; a small tenant's 5 due now, the
-    newest rows. Claims of 200 under a backlog, each fired (its rows deleted): every claim
-    names 64 tenants from where the last left off and gives each 200 / 64 = 3, so the small
-    tenant is served within ceil(201 / 64) = 4 claims and wholly within the next round of
-    the ring (the oldest-first walk alone: after all 6,000), and the busy tenants are
-    given the same share each."""
+    """200 busy tenants, 100 rows each due a minute ago; a small tenant's 5 due now, the
+    newest rows. Claims of 2,048 under a backlog: each names 64 tenants (2,048 / 32) from
+    where the last left off and gives each 32, so the small tenant is served within
+    ceil(201 / 64) = 4 claims, all 5 in the claim naming it (the oldest-first walk alone:
+    after all 20,000), and the busy tenants are given the same share each."""
     busy = sorted(uuid.UUID(int=0x5000 + i) for i in range(200))
     small = uuid.UUID(int=0x4000)  # before every busy tenant in the ring's order
     for b in busy:
-        sched_many(q, 30, tenant=b, now=NOW - ms(60_000), prefix="b")
+        sched_many(q, 100, tenant=b, now=NOW - ms(60_000), prefix="b")
     sched_many(q, 5, tenant=small, now=NOW, prefix="s")
     q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(busy[0]),))
     served = {}
     small_at = None
-    for n in range(1, 9):
-        rows = claim3(q, max_rows=200, per_tenant=50, tenants=[])
-        assert len(rows) == 200
+    for n in range(1, 5):
+        rows = claim3(q, max_rows=2048, per_tenant=50, tenants=[])
+        assert len(rows) == 2048
         for r in rows:
             served[r["tenant_id"]] = served.get(r["tenant_id"], 0) + 1
         if small_at is None and any(r["tenant_id"] == small for r in rows):
             small_at = n
-            # its share: 200 / 64 = 3, oldest first
-            assert [r["timer_key"] for r in rows if r["tenant_id"] == small] == [f"s{i:06d}" for i in range(3)]
+            assert [r["timer_key"] for r in rows if r["tenant_id"] == small] == [f"s{i:06d}" for i in range(5)]
         q.exec("DELETE FROM queen.log_timers WHERE claim_token IS NOT NULL")
         assert ring_place(q) is not None
     assert small_at is not None and small_at <= 4, small_at
     assert served[small] == 5
-    # 8 claims of 200 over 201 tenants: each busy one named twice or three times, 3 each;
-    # what the shares leave (8 a claim) goes oldest first, here to the first in the index
-    # (every busy row has the same due_at)
+    # 4 claims of 64 named over 201 tenants: each busy one named once or twice, 32 each time
     counts = [served.get(b, 0) for b in busy]
-    assert min(counts) >= 6 and sum(1 for c in counts if c <= 9) >= 196, counts
+    assert min(counts) >= 32 and max(counts) <= 64, counts
 
 
 def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywhere_and_is_counted(q, connections):
-    sched_many(q, 20, tenant=T1, now=NOW - ms(1000), prefix="a")
-    sched_many(q, 20, tenant=T2, now=NOW - ms(1000), prefix="b")
+    """Tenant 1's 100 rows are older than tenant 2's 100: a claim of 64 under a backlog names
+    both (64 / 5 = 12 may be named, each given 5), so tenant 2 gets its 5 and tenant 1 its 5
+    and the 54 of the oldest-first walk; outside a backlog (tenants null) tenant 1 gets all."""
+    sched_many(q, 100, tenant=T1, now=NOW - ms(2000), prefix="a")
+    sched_many(q, 100, tenant=T2, now=NOW - ms(1000), prefix="b")
     q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
     other = connections(autocommit=False)
     other.cursor().execute("SELECT 1 FROM queen.log_timers_claim_turn WHERE id = 1 FOR UPDATE")
     timeouts = due2(q)["turnTimeouts"]
     try:
-        rows = claim3(q, max_rows=10, per_tenant=50, tenants=[])
-        # both tenants named (a random place: both are in the ring), 5 each
-        assert sorted(r["tenant_id"] for r in rows) == sorted([T1] * 5 + [T2] * 5)
+        rows = claim3(q, max_rows=64, per_tenant=5, tenants=[])
+        # both tenants named (a random place: both are in the ring)
+        assert sum(1 for r in rows if r["tenant_id"] == T2) == 5 and len(rows) == 64
         assert ring_place(q) is None
     finally:
         other.rollback()
     # the claim that walked without the turn is counted, for the fleet, by the probe
     assert due2(q)["turnTimeouts"] == timeouts + 1
-    claim3(q, max_rows=10, per_tenant=50, tenants=[])
+    # the turn had: tenant 1's last 41 (5 + 36 of the walk) and tenant 2's 5 + 18 of the walk
+    assert sum(1 for r in claim3(q, max_rows=64, per_tenant=5, tenants=[]) if r["tenant_id"] == T2) == 23
     assert ring_place(q) in (T1, T2)
     assert due2(q)["turnTimeouts"] == timeouts + 1
-    # no backlog (tenants null): the ring is not walked
+    # no backlog (tenants null): the ring is not walked (tenant 1's rows are all in flight)
     q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
-    claim3(q, max_rows=10, per_tenant=50, tenants=None)
+    assert len(claim3(q, max_rows=64, per_tenant=5, tenants=None)) == 64
     assert ring_place(q) is None
 
 
