@@ -1,4 +1,4 @@
-"""Shared plumbing of the benchmark commands in tests/bench (fire, idle).
+"""Shared plumbing of the benchmark commands in tests/bench (fire, idle, load, frontier).
 
 Not a test module: nothing here asserts. It finds (or builds) the library, starts a
 throwaway PostgreSQL with tests/pg when QUEEN_TEST_CONNINFO is not set (and stops it at
@@ -8,11 +8,13 @@ exit), applies the schema, and offers small helpers (RSS, percentiles, printing)
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -300,3 +302,65 @@ class Stopwatch:
 
     def seconds(self) -> float:
         return time.monotonic() - self.t0
+
+
+# ---------------------------------------------------------------------------------------
+# Shared by frontier and load: fires timed, the probe's and the claim's server time, the
+# dated results file
+# ---------------------------------------------------------------------------------------
+
+class Recorder:
+    """Every on_fired callback: (instant ms, partition, count, base offset)."""
+
+    def __init__(self):
+        self.events = []
+        self.lock = threading.Lock()
+
+    def __call__(self, tenant, queue, partition, count, base_offset):
+        now = time.time() * 1000.0
+        with self.lock:
+            self.events.append((now, partition, count, base_offset))
+
+    def take(self) -> list:
+        """The events recorded since the last take (and forgets them)."""
+        with self.lock:
+            out, self.events = self.events, []
+        return out
+
+
+def stmt_snapshot(conn) -> dict:
+    """{"probe"|"claim": [calls, total ms, max ms]}: the sweepers' top-level probe and claim
+    calls in pg_stat_statements, cumulative since its last reset (the benchmarks' own
+    statements, marked /* bench-monitor */, left out)."""
+    out = {"probe": [0, 0.0, 0.0], "claim": [0, 0.0, 0.0]}
+    with conn.cursor() as cur:
+        cur.execute("/* bench-monitor */ SELECT query, calls, total_exec_time, max_exec_time FROM pg_stat_statements "
+                    "WHERE toplevel AND (query LIKE '%log_timers_due_v%' OR query LIKE '%log_timers_claim_v%')")
+        for q, calls, total, mx in cur.fetchall():
+            if "bench-monitor" in q:
+                continue
+            k = "probe" if "due_v" in q else "claim"
+            out[k][0] += calls
+            out[k][1] += total
+            out[k][2] = max(out[k][2], mx)
+    return out
+
+
+def commit_id() -> str:
+    """The short commit of this tree, '?' outside a checkout."""
+    return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() or "?"
+
+
+def results_dir_default() -> str:
+    return os.path.join(ROOT, "tests", "bench", "results")
+
+
+def write_results(results_dir: str, name: str, lines: list) -> str:
+    """Writes lines to <results_dir>/YYYY-MM-DD-<name>.md (the UTC date) and says where."""
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}-{name}.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    say(f"# written to {os.path.relpath(path, ROOT)}")
+    return path
