@@ -346,6 +346,45 @@ def stmt_snapshot(conn) -> dict:
     return out
 
 
+def ensure_stat_settings(conn) -> dict:
+    """pg_stat_statements.track = all and track_functions = pl (ALTER SYSTEM + reload when
+    not already so; tests/pg sets neither), restored at exit."""
+    execute(conn, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    try:  # writing commits per 1,000 (wal_commits); optional
+        execute(conn, "CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except Exception:  # noqa: BLE001
+        pass
+    want = {"pg_stat_statements.track": "all", "track_functions": "pl"}
+    changed = {}
+    for name, value in want.items():
+        cur = scalar(conn, f"SHOW {name}")
+        if cur != value:
+            execute(conn, f"ALTER SYSTEM SET {name} = '{value}'")
+            changed[name] = cur
+    if changed:
+        execute(conn, "SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            probe = connect(os.environ["QUEEN_TEST_CONNINFO"])
+            ok = all(scalar(probe, f"SHOW {n}") == v for n, v in want.items())
+            probe.close()
+            if ok:
+                break
+            time.sleep(0.1)
+
+        def restore():
+            try:
+                c = connect(os.environ["QUEEN_TEST_CONNINFO"])
+                for n in changed:
+                    execute(c, f"ALTER SYSTEM RESET {n}")
+                execute(c, "SELECT pg_reload_conf()")
+                c.close()
+            except Exception:  # noqa: BLE001 - the throwaway cluster may be gone already
+                pass
+        atexit.register(restore)
+    return {"set_by_bench": sorted(changed), **want}
+
+
 def commit_id() -> str:
     """The short commit of this tree, '?' outside a checkout."""
     return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
