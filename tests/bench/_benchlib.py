@@ -386,9 +386,15 @@ def ensure_stat_settings(conn) -> dict:
 
 
 def commit_id() -> str:
-    """The short commit of this tree, '?' outside a checkout."""
-    return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip() or "?"
+    """The short commit of this tree ('?' outside a checkout), with '+changes' when a tracked
+    file differs from it: read it when a run starts, not when its results are written (a
+    commit made meanwhile is not what ran)."""
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    if not head:
+        return "?"
+    changed = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode
+    return head + ("+changes" if changed == 1 else "")
 
 
 def results_dir_default() -> str:
