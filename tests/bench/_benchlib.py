@@ -1,4 +1,4 @@
-"""Shared plumbing of the benchmark commands in tests/bench (fire, idle).
+"""Shared plumbing of the benchmark commands in tests/bench (fire, idle, load, frontier).
 
 Not a test module: nothing here asserts. It finds (or builds) the library, starts a
 throwaway PostgreSQL with tests/pg when QUEEN_TEST_CONNINFO is not set (and stops it at
@@ -8,11 +8,13 @@ exit), applies the schema, and offers small helpers (RSS, percentiles, printing)
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -300,3 +302,110 @@ class Stopwatch:
 
     def seconds(self) -> float:
         return time.monotonic() - self.t0
+
+
+# ---------------------------------------------------------------------------------------
+# Shared by frontier and load: fires timed, the probe's and the claim's server time, the
+# dated results file
+# ---------------------------------------------------------------------------------------
+
+class Recorder:
+    """Every on_fired callback: (instant ms, partition, count, base offset)."""
+
+    def __init__(self):
+        self.events = []
+        self.lock = threading.Lock()
+
+    def __call__(self, tenant, queue, partition, count, base_offset):
+        now = time.time() * 1000.0
+        with self.lock:
+            self.events.append((now, partition, count, base_offset))
+
+    def take(self) -> list:
+        """The events recorded since the last take (and forgets them)."""
+        with self.lock:
+            out, self.events = self.events, []
+        return out
+
+
+def stmt_snapshot(conn) -> dict:
+    """{"probe"|"claim": [calls, total ms, max ms]}: the sweepers' top-level probe and claim
+    calls in pg_stat_statements, cumulative since its last reset (the benchmarks' own
+    statements, marked /* bench-monitor */, left out)."""
+    out = {"probe": [0, 0.0, 0.0], "claim": [0, 0.0, 0.0]}
+    with conn.cursor() as cur:
+        cur.execute("/* bench-monitor */ SELECT query, calls, total_exec_time, max_exec_time FROM pg_stat_statements "
+                    "WHERE toplevel AND (query LIKE '%log_timers_due_v%' OR query LIKE '%log_timers_claim_v%')")
+        for q, calls, total, mx in cur.fetchall():
+            if "bench-monitor" in q:
+                continue
+            k = "probe" if "due_v" in q else "claim"
+            out[k][0] += calls
+            out[k][1] += total
+            out[k][2] = max(out[k][2], mx)
+    return out
+
+
+def ensure_stat_settings(conn) -> dict:
+    """pg_stat_statements.track = all and track_functions = pl (ALTER SYSTEM + reload when
+    not already so; tests/pg sets neither), restored at exit."""
+    execute(conn, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    try:  # writing commits per 1,000 (wal_commits); optional
+        execute(conn, "CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except Exception:  # noqa: BLE001
+        pass
+    want = {"pg_stat_statements.track": "all", "track_functions": "pl"}
+    changed = {}
+    for name, value in want.items():
+        cur = scalar(conn, f"SHOW {name}")
+        if cur != value:
+            execute(conn, f"ALTER SYSTEM SET {name} = '{value}'")
+            changed[name] = cur
+    if changed:
+        execute(conn, "SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            probe = connect(os.environ["QUEEN_TEST_CONNINFO"])
+            ok = all(scalar(probe, f"SHOW {n}") == v for n, v in want.items())
+            probe.close()
+            if ok:
+                break
+            time.sleep(0.1)
+
+        def restore():
+            try:
+                c = connect(os.environ["QUEEN_TEST_CONNINFO"])
+                for n in changed:
+                    execute(c, f"ALTER SYSTEM RESET {n}")
+                execute(c, "SELECT pg_reload_conf()")
+                c.close()
+            except Exception:  # noqa: BLE001 - the throwaway cluster may be gone already
+                pass
+        atexit.register(restore)
+    return {"set_by_bench": sorted(changed), **want}
+
+
+def commit_id() -> str:
+    """The short commit of this tree ('?' outside a checkout), with '+changes' when a tracked
+    file differs from it: read it when a run starts, not when its results are written (a
+    commit made meanwhile is not what ran)."""
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    if not head:
+        return "?"
+    changed = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--"], capture_output=True).returncode
+    return head + ("+changes" if changed == 1 else "")
+
+
+def results_dir_default() -> str:
+    return os.path.join(ROOT, "tests", "bench", "results")
+
+
+def write_results(results_dir: str, name: str, lines: list) -> str:
+    """Writes lines to <results_dir>/YYYY-MM-DD-<name>.md (the UTC date) and says where."""
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}-{name}.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    say(f"# written to {os.path.relpath(path, ROOT)}")
+    return path
