@@ -357,7 +357,7 @@ $apply$;
 -- oldest first among what is due.
 -- Cost: a transaction that commits within 1 s of the rows' due_at pays one call of this
 -- function per row (the test of the first branch); a late one pays an UPDATE by primary
--- key per row it moves (tests/bench/late measures both). What it does not see, the walk
+-- key per row it moves (tests/bench/load --phases late-commit measures it). What it does not see, the walk
 -- from the head still finds: a host's SET CONSTRAINTS ALL IMMEDIATE (the check then runs
 -- at the statement's end, not at the commit), a two-phase commit (the check runs at
 -- PREPARE TRANSACTION), a commit that waits longer than the slack for a synchronous standby.
@@ -378,10 +378,13 @@ BEGIN
     END IF;
     -- The row as it is now (a later write of this transaction may have moved, claimed or
     -- deleted it; NEW is the row of this event).
+    -- By primary key only: the due_at test is written so that no index can take it (IS
+    -- TRUE), else a generic plan may walk the tenant's due rows on (tenant_id, due_at) for
+    -- every row, which made a 50,000-timer import's commit quadratic (13.5 minutes).
     UPDATE queen.log_timers AS t
        SET claimed_until = v_clock
      WHERE t.tenant_id = NEW.tenant_id AND t.queue = NEW.queue AND t.timer_key = NEW.timer_key
-       AND t.claim_token IS NULL AND t.due_at < v_clock - interval '1 second';
+       AND t.claim_token IS NULL AND (t.due_at < v_clock - interval '1 second') IS TRUE;
     RETURN NULL;
 END
 $fn$;
@@ -1183,13 +1186,16 @@ BEGIN
     IF v_listed THEN
         -- The listed held rows that are due and in nobody's hands: the claim tries them by
         -- key (their lock may be gone); they are not in "due", which counts the walk's.
+        -- By key, one primary-key lookup per listed row (OFFSET 0 keeps the sublink from
+        -- becoming a join, which a generic plan may hash over the whole due index).
         SELECT count(*) INTO v_held
           FROM queen.log_timers_held h
-          JOIN queen.log_timers t
-            ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
-         WHERE t.due_at = h.due_at AND t.due_at <= p_now
-           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
-           AND (v_all OR t.shard = ANY (v_shards));
+         WHERE EXISTS (SELECT 1 FROM queen.log_timers t
+                        WHERE t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+                          AND t.due_at = h.due_at AND t.due_at <= p_now
+                          AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+                          AND (v_all OR t.shard = ANY (v_shards))
+                       OFFSET 0);
     END IF;
 
     IF v_first IS NOT NULL THEN
@@ -1450,9 +1456,10 @@ BEGIN
         DELETE FROM queen.log_timers_held h
          WHERE h.ctid = ANY (ARRAY(
                 SELECT x.ctid FROM queen.log_timers_held x
-                 WHERE NOT EXISTS (SELECT 1 FROM queen.log_timers t
+                 WHERE NOT EXISTS (SELECT 1 FROM queen.log_timers t  -- by key (OFFSET 0: no join)
                                     WHERE t.tenant_id = x.tenant_id AND t.queue = x.queue
-                                      AND t.timer_key = x.timer_key AND t.due_at = x.due_at)
+                                      AND t.timer_key = x.timer_key AND t.due_at = x.due_at
+                                   OFFSET 0)
                    FOR UPDATE SKIP LOCKED));
         listed := EXISTS (SELECT 1 FROM queen.log_timers_held);
     END IF;
@@ -1499,20 +1506,24 @@ LANGUAGE sql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
-    SELECT t.ctid, t.tenant_id, t.queue, t.timer_key, t.due_at, t.deliver_at,
-           octet_length(t.payload)::bigint
+    -- By key: one primary-key lookup per listed row (a LATERAL subquery that locks is never
+    -- flattened into a join, which a generic plan may hash over the whole due index).
+    SELECT x.tid, x.ct, x.cq, x.ck, x.cv, x.cd, x.cb
       FROM queen.log_timers_held h
-      JOIN queen.log_timers t
-        ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
-     WHERE t.due_at = h.due_at AND t.due_at <= p_now
-       AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
-       AND (p_shards IS NULL OR t.shard = ANY (p_shards))
-       AND NOT EXISTS (
-               SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
-                WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition)
-     ORDER BY t.due_at
+      CROSS JOIN LATERAL (
+            SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.due_at AS cv,
+                   t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
+              FROM queen.log_timers t
+             WHERE t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+               AND t.due_at = h.due_at AND t.due_at <= p_now
+               AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+               AND (p_shards IS NULL OR t.shard = ANY (p_shards))
+               AND NOT EXISTS (
+                       SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
+                        WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition)
+               FOR UPDATE SKIP LOCKED) x
+     ORDER BY x.cv
      LIMIT p_max_rows
-       FOR UPDATE OF t SKIP LOCKED
 $fn$;
 
 -- queen.log_timers_claim_v4(shards int2[], now, lease_ms int, max_rows int, per_tenant int,
@@ -2044,14 +2055,15 @@ BEGIN
            AND t.claimed_until BETWEEN p_lease_from AND p_lease_to
            AND t.claim_token = ANY (p_claims)
            FOR UPDATE OF t SKIP LOCKED
-    ), listed AS (  -- a held row the claim took by key, perhaps behind its floor
-        SELECT t.ctid AS tid
+    ), listed AS (  -- a held row the claim took by key, perhaps behind its floor; by key
+        SELECT x.tid
           FROM queen.log_timers_held h
-          JOIN queen.log_timers t
-            ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
-         WHERE t.claimed_until BETWEEN p_lease_from AND p_lease_to
-           AND t.claim_token = ANY (p_claims)
-           FOR UPDATE OF t SKIP LOCKED
+          CROSS JOIN LATERAL (
+                SELECT t.ctid AS tid FROM queen.log_timers t
+                 WHERE t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+                   AND t.claimed_until BETWEEN p_lease_from AND p_lease_to
+                   AND t.claim_token = ANY (p_claims)
+                   FOR UPDATE SKIP LOCKED) x
     ), upd AS (
         UPDATE queen.log_timers AS t
            SET claim_token = NULL, claimed_until = queen.log_timers_not_before_v1(t.deliver_at, p_now)
