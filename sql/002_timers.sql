@@ -1358,7 +1358,7 @@ $fn$;
 -- tenants with pending timers, in uuid order, form one ring for the whole fleet. From the
 -- place after queen.log_timers_claim_turn.tenant_after (with turn false, or no place yet:
 -- after a random uuid), it looks at the next tenants in ring order, at most 256 a call, and
--- names those with a row due (due_at between floor and now) in nobody's hands, at most name
+-- names those whose first row at or after floor is due (in flight or not), at most name
 -- (1 to 64), in ring order. With turn (the caller holds the claim turn, so the row is its own), the
 -- place moves to the last tenant looked at: the next claim, on any broker, goes on from
 -- there. Looking at a tenant is two descents: the next tenant by the primary key (its order
@@ -1383,6 +1383,7 @@ DECLARE
     v_last  uuid;
     v_wrap  boolean := false;
     v_named uuid[] := '{}'::uuid[];
+    v_due   timestamptz;
     v_from  timestamptz := coalesce(p_floor, '-infinity'::timestamptz);
 BEGIN
     IF p_turn THEN
@@ -1406,9 +1407,14 @@ BEGIN
         END IF;
         v_last := v_tn;
         v_at := v_tn;
-        IF EXISTS (SELECT 1 FROM queen.log_timers t
-                    WHERE (t.tenant_id, t.due_at) >= (v_tn, v_from) AND (t.tenant_id, t.due_at) <= (v_tn, p_now)
-                      AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)) THEN
+        -- Its first row at or after the floor, in index order (one descent; a row in flight
+        -- there names it too: passing every row in flight cost more than a share that finds
+        -- nothing, 209 ms a call with a snapshot held elsewhere).
+        v_due := NULL;
+        SELECT t.due_at INTO v_due FROM queen.log_timers t
+         WHERE (t.tenant_id, t.due_at) >= (v_tn, v_from) AND (t.tenant_id, t.due_at) <= (v_tn, p_now)
+         ORDER BY t.tenant_id, t.due_at LIMIT 1;
+        IF v_due IS NOT NULL THEN
             v_named := v_named || v_tn;
             EXIT WHEN cardinality(v_named) >= least(greatest(p_name, 1), 64);
         END IF;
