@@ -13,8 +13,8 @@ namespace qsw {
 Task<void> Recovery::run() {
     notice_disconnects();
     if (!ctx_.pool.up()) co_return;
-    if (identify_pending_) {
-        // Into a variable, not `identify_pending_ && !co_await ...`: see settle() in base/task.hpp.
+    if (identify_due(link_)) {
+        // Into a variable, not `identify_due(link_) && !co_await ...`: see settle() in base/task.hpp.
         const bool identified = co_await identify_server();
         if (!identified) co_return;
     }
@@ -120,19 +120,25 @@ void Recovery::notice_disconnects() {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         known = !ctx_.stats.f.failover.server.empty();
     }
-    if (known && (!awaiting_resume_ || reconnected_since_loss_)) {
+    const LinkStep st = link_step(link_, LinkEvent::disconnect_seen, known);
+    link_ = st.next;
+    if (st.new_loss) {
         PgResult lost;
         lost.message = pf.last_error;
         lost.origin = Origin::transport;
-        note_lost("connection", lost);
+        date_loss("connection", lost, true);
     }
-    identify_pending_ = true;
 }
 
 void Recovery::note_lost(const char *phase, const PgResult &r) {
-    const bool ro = is_read_only(r);
     // One loss, many failed calls: the first one since the server was last found dates it.
-    const bool first = !awaiting_resume_ || reconnected_since_loss_;
+    const LinkStep st = link_step(link_, LinkEvent::call_lost);
+    link_ = st.next;
+    date_loss(phase, r, st.new_loss);
+}
+
+void Recovery::date_loss(const char *phase, const PgResult &r, bool first) {
+    const bool ro = is_read_only(r);
     std::string was;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
@@ -152,9 +158,6 @@ void Recovery::note_lost(const char *phase, const PgResult &r) {
                       " lost during " + phase +
                       (ro ? " (the server is read-only: a standby or a demoted primary)" : "") + ": " + r.message +
                       "; claims held are kept and handed back once connected again, no attempt is spent");
-    awaiting_resume_ = true;
-    reconnected_since_loss_ = false;
-    identify_pending_ = true;
 }
 
 void Recovery::add_parked(ParkedFire pf, int64_t rows) {
@@ -224,8 +227,10 @@ void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mo
 }
 
 void Recovery::note_fired(int64_t timers) {
-    if (!awaiting_resume_ || timers <= 0) return;
-    awaiting_resume_ = false;
+    if (timers <= 0) return;
+    const LinkStep st = link_step(link_, LinkEvent::fired);
+    link_ = st.next;
+    if (!st.resumed) return;
     std::string where, gap;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
@@ -262,7 +267,8 @@ Task<bool> Recovery::identify_server() {
     const std::string server = r.get(0, static_cast<int>(sql::IdentifyCol::server));
     const bool in_recovery = r.get(0, static_cast<int>(sql::IdentifyCol::in_recovery)) == "t";
     const std::string identity = r.get(0, static_cast<int>(sql::IdentifyCol::identity));
-    identify_pending_ = false;
+    const LinkStep st = link_step(link_, LinkEvent::identified);
+    link_ = st.next;
     std::string before;
     bool changed = false;
     {
@@ -283,8 +289,7 @@ Task<bool> Recovery::identify_server() {
     }
     const std::string was_identity = identity_;
     identity_ = identity;
-    const bool again = awaiting_resume_ && !reconnected_since_loss_;
-    reconnected_since_loss_ = true;
+    const bool again = st.again;
     if (changed) {
         // A failover: what was announced on the old server in the last seconds is looked
         // for on the new one (check_recent_fires).
@@ -372,11 +377,11 @@ Task<void> Recovery::resolve_parked() {
         co_await release_parked_unchecked();
         co_return;
     }
-    std::vector<Seen> seen(seg_i.size());
+    std::vector<InDoubtSeen> seen(seg_i.size());
     bool readable = r.ok && r.rows() == static_cast<int>(seen.size());
     for (int i = 0; readable && i < r.rows(); ++i) {
         int64_t at = -1;
-        Seen s;
+        InDoubtSeen s;
         using C = sql::InDoubtCol;
         readable = parse_i64(r.get(i, static_cast<int>(C::seg)), at) && at >= 0 &&
                    static_cast<size_t>(at) < seen.size() &&
@@ -402,60 +407,43 @@ Task<void> Recovery::resolve_parked() {
     if (released) drop_decided(settled.decided, *released);
 }
 
-// Announces what committed (once), and says what goes back. A parked fire is decided when
-// none of its timers is locked by anyone.
-Recovery::Settled Recovery::settle_checked(const std::vector<Seen> &seen) {
+// Announces what committed (once), and says what goes back (plan_in_doubt decides).
+Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen) {
+    const InDoubtPlan plan = plan_in_doubt(parked_, seen);
     Settled out;
-    int64_t fired_rows = 0, fired_segs = 0, fired_calls = 0, not_fired_calls = 0;
-    size_t flat = 0;
-    for (size_t f = 0; f < parked_.size(); ++f) {
-        ParkedFire &pf = parked_[f];
-        const size_t first = flat;
-        flat += pf.segments.size();
-        if (std::any_of(seen.begin() + static_cast<std::ptrdiff_t>(first),
-                        seen.begin() + static_cast<std::ptrdiff_t>(flat),
-                        [](const Seen &s) { return s.unlocked < s.present; }))
-            continue;  // undecided: look again next cycle
-        out.decided.push_back(f);
-        bool any_fired = false;
+    for (const InDoubtFirePlan &fp : plan.decided) {
+        ParkedFire &pf = parked_[fp.fire];
+        out.decided.push_back(fp.fire);
+        // Committed, answer lost: the host hears of it now, once, and never again.
+        for (const auto &[s, base] : fp.announce) {
+            const ParkedSegment &ps = pf.segments[s];
+            for (const auto &kt : ps.rows) held_.forget(ps.tenant, ps.queue, kt.first);
+            ctx_.announce(ps.tenant, ps.queue, ps.partition, static_cast<uint32_t>(ps.count), base);
+        }
+        for (size_t s : fp.release) {
+            const ParkedSegment &ps = pf.segments[s];
+            for (const auto &kt : ps.rows) out.release.push_back(RowRef{ps.tenant, ps.queue, kt.first, kt.second});
+        }
         std::vector<ParkedSegment> left;
-        for (size_t s = first; s < flat; ++s) {
-            ParkedSegment &ps = pf.segments[s - first];
-            const bool committed = seen[s].present == 0 && seen[s].base >= 0 && !ps.hashes.empty();
-            if (committed) {
-                // Committed, answer lost: the host hears of it now, once, and never again.
-                any_fired = true;
-                fired_rows += ps.count;
-                ++fired_segs;
-                for (const auto &kt : ps.rows) held_.forget(ps.tenant, ps.queue, kt.first);
-                ctx_.announce(ps.tenant, ps.queue, ps.partition, static_cast<uint32_t>(ps.count), seen[s].base);
-                continue;
-            }
-            if (seen[s].present > 0)
-                for (const auto &kt : ps.rows) out.release.push_back(RowRef{ps.tenant, ps.queue, kt.first, kt.second});
-            left.push_back(std::move(ps));
-        }
+        for (size_t s : fp.left) left.push_back(std::move(pf.segments[s]));
         pf.segments = std::move(left);
-        if (pf.in_doubt && !pf.counted) {
-            pf.counted = true;
-            ++(any_fired ? fired_calls : not_fired_calls);
-        }
+        if (fp.count != InDoubtFirePlan::Count::none) pf.counted = true;
     }
+    const int64_t calls = plan.fired_calls + plan.not_fired_calls;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         auto &x = ctx_.stats.f;
-        x.fired_total += fired_rows;
-        x.fired_segments_total += fired_segs;
-        x.failover.in_doubt_fired_total += fired_calls;
-        x.failover.in_doubt_not_fired_total += not_fired_calls;
-        x.failover.in_doubt_pending -= fired_calls + not_fired_calls;
-        x.failover.in_doubt_timers_announced_total += fired_rows;
+        x.fired_total += plan.fired_rows;
+        x.fired_segments_total += plan.fired_segments;
+        x.failover.in_doubt_fired_total += plan.fired_calls;
+        x.failover.in_doubt_not_fired_total += plan.not_fired_calls;
+        x.failover.in_doubt_pending -= calls;
+        x.failover.in_doubt_timers_announced_total += plan.fired_rows;
     }
-    if (fired_calls + not_fired_calls > 0)
-        ctx_.log.info("resolved " + std::to_string(fired_calls + not_fired_calls) +
-                      " fire(s) whose answer was lost: " + std::to_string(fired_calls) + " committed (" +
-                      std::to_string(fired_rows) + " timer(s) announced now), " + std::to_string(not_fired_calls) +
-                      " not committed");
+    if (calls > 0)
+        ctx_.log.info("resolved " + std::to_string(calls) + " fire(s) whose answer was lost: " +
+                      std::to_string(plan.fired_calls) + " committed (" + std::to_string(plan.fired_rows) +
+                      " timer(s) announced now), " + std::to_string(plan.not_fired_calls) + " not committed");
     return out;
 }
 
