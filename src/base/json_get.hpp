@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -12,6 +13,21 @@
 #include <nlohmann/json.hpp>
 
 namespace qsw {
+
+// The integer `j[key]`, or none (j not an object, key absent, not a JSON integer, or out of
+// int64_t's range).
+inline std::optional<int64_t> json_find_int(const nlohmann::json &j, std::string_view key) {
+    if (!j.is_object()) return std::nullopt;
+    const auto it = j.find(key);
+    if (it == j.end()) return std::nullopt;
+    if (it->is_number_unsigned()) {
+        const uint64_t u = it->get<uint64_t>();
+        if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+        return static_cast<int64_t>(u);
+    }
+    if (it->is_number_integer()) return it->get<int64_t>();
+    return std::nullopt;
+}
 
 // The value `j[key]` as a T, or `def` (j not an object, key absent, null, other type).
 template <class T>
@@ -23,11 +39,7 @@ T json_get(const nlohmann::json &j, std::string_view key, T def) {
     if constexpr (std::is_same_v<T, bool>) {
         return v.is_boolean() ? v.get<bool>() : def;
     } else if constexpr (std::is_same_v<T, int64_t>) {
-        if (v.is_number_unsigned())
-            return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
-                       ? static_cast<int64_t>(v.get<uint64_t>())
-                       : def;
-        return v.is_number_integer() ? v.get<int64_t>() : def;
+        return json_find_int(j, key).value_or(def);
     } else if constexpr (std::is_same_v<T, double>) {
         return v.is_number() ? v.get<double>() : def;
     } else if constexpr (std::is_same_v<T, std::string>) {

@@ -476,35 +476,33 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
     }
     // The arrays are written straight from the rows (one literal each, no copy per row).
     TextArrayLiteral seg_tenants, seg_queues, seg_parts, keys, tokens, tids;
-    std::vector<int64_t> counts, seg_of;
+    FireArgs args;
     bool every_tid = true;
-    std::vector<std::string_view> hashes, blobs;
     for (size_t s = 0; s < batch.segments.size(); ++s) {
         const PackedSegment &seg = batch.segments[s];
         seg_tenants.add(seg.tenant);
         seg_queues.add(seg.queue);
         seg_parts.add(seg.partition);
-        counts.push_back(seg.count);
-        hashes.emplace_back(seg.hashes);
-        blobs.emplace_back(seg.blob);
+        args.counts.push_back(seg.count);
+        args.hashes.emplace_back(seg.hashes);
+        args.blobs.emplace_back(seg.blob);
         for (size_t idx : seg.rows) {
             const ClaimedTimer &t = rows[idx];
             keys.add(t.timer_key);
             tokens.add(t.claim_token);
             every_tid = every_tid && !t.row_tid.empty();
             if (every_tid) tids.add(t.row_tid);
-            seg_of.push_back(static_cast<int64_t>(s + 1));
+            args.key_segments.push_back(static_cast<int64_t>(s + 1));
         }
     }
-    Query q;
-    q.sql = sql::kFire;
-    q.params = {text_param(std::move(seg_tenants).finish()), text_param(std::move(seg_queues).finish()),
-                text_param(std::move(seg_parts).finish()), text_param(pg_int_array(counts)),
-                binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid),
-                binary_param(pg_bytea_array_binary(blobs), kByteaArrayOid), text_param(std::move(keys).finish()),
-                text_param(pg_int_array(seg_of)), text_param(std::move(tokens).finish()),
-                text_param(plan.wait ? "true" : "false"),
-                every_tid ? text_param(std::move(tids).finish()) : null_param()};
+    args.seg_tenants = std::move(seg_tenants).finish();
+    args.seg_queues = std::move(seg_queues).finish();
+    args.seg_partitions = std::move(seg_parts).finish();
+    args.keys = std::move(keys).finish();
+    args.tokens = std::move(tokens).finish();
+    args.wait = plan.wait;
+    if (every_tid) args.tids = std::move(tids).finish();
+    Query q = fire_query(std::move(args));
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
@@ -738,25 +736,20 @@ Task<Drain::FireEnd> Drain::isolate(std::vector<ClaimedTimer> &rows, FireBatch &
 Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which,
                             const std::string &error, const std::string &cls) {
     if (which.empty()) co_return;
-    std::vector<std::string> tenants, queues, keys, tokens;
+    FailArgs args;
     for (size_t idx : which) {
-        tenants.push_back(rows[idx].tenant);
-        queues.push_back(rows[idx].queue);
-        keys.push_back(rows[idx].timer_key);
-        tokens.push_back(rows[idx].claim_token);
+        args.tenants.push_back(rows[idx].tenant);
+        args.queues.push_back(rows[idx].queue);
+        args.keys.push_back(rows[idx].timer_key);
+        args.tokens.push_back(rows[idx].claim_token);
     }
-    Query q;
-    q.sql = sql::kFail;
-    q.params = {text_param(pg_text_array(tenants)),
-                text_param(pg_text_array(queues)),
-                text_param(pg_text_array(keys)),
-                text_param(pg_text_array(tokens)),
-                text_param(error.substr(0, 2000)),
-                text_param(cls),
-                text_param(std::to_string(ctx_.cfg.sweeper_backoff_min_ms)),
-                text_param(std::to_string(ctx_.cfg.sweeper_backoff_max_ms)),
-                text_param(std::to_string(ctx_.cfg.sweeper_transient_backoff_ms)),
-                text_param(std::to_string(ctx_.cfg.sweeper_max_attempts))};
+    args.error = error.substr(0, 2000);
+    args.error_class = cls;
+    args.backoff_min_ms = ctx_.cfg.sweeper_backoff_min_ms;
+    args.backoff_max_ms = ctx_.cfg.sweeper_backoff_max_ms;
+    args.transient_backoff_ms = ctx_.cfg.sweeper_transient_backoff_ms;
+    args.max_attempts = ctx_.cfg.sweeper_max_attempts;
+    Query q = fail_query(args);
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (is_answer_lost(r) && !ctx_.hard_stop.load()) {
@@ -765,21 +758,20 @@ Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<s
         co_return;
     }
     for (size_t idx : which) held_.forget(rows[idx]);
-    nlohmann::json j = r.ok && r.rows() == 1 ? nlohmann::json::parse(r.get(0, 0), nullptr, false) : nlohmann::json();
-    if (!r.ok || !j.is_object()) {
+    const FailAnswer a = read_fail_answer(r);
+    if (!a.readable) {
         // The claims lapse with their lease: the lease is the net under a failed failure.
         if (r.ok) r.message = "the fail call answered unreadably";
         ctx_.note_error("fail", r);
         co_return;
     }
-    const int64_t moved = j.value("moved", int64_t(0));
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.released_total += j.value("released", int64_t(0));
-        ctx_.stats.f.dlq_total += moved;
+        ctx_.stats.f.released_total += a.released;
+        ctx_.stats.f.dlq_total += a.moved;
     }
-    if (moved > 0)
-        ctx_.log.warn(std::to_string(moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
+    if (a.moved > 0)
+        ctx_.log.warn(std::to_string(a.moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
 }
 
 // Hands rows back, token-matched, and forgets them. The lock that made a fire skip a row

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "pg/calls.hpp"
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
@@ -52,20 +53,14 @@ void Recovery::remember_fired(const std::vector<ClaimedTimer> &rows, const Packe
 Task<void> Recovery::check_recent_fires() {
     std::vector<Announced> look = std::move(to_check_);
     to_check_.clear();
-    std::vector<int64_t> seg_i;
-    std::vector<std::string> tenants, queues;
-    std::vector<std::string_view> hashes;
+    InDoubtArgs args;  // the segments only: no key to look for
     for (size_t i = 0; i < look.size(); ++i) {
-        seg_i.push_back(static_cast<int64_t>(i));
-        tenants.push_back(look[i].tenant);
-        queues.push_back(look[i].queue);
-        hashes.emplace_back(look[i].hashes);
+        args.segments.push_back(static_cast<int64_t>(i));
+        args.tenants.push_back(look[i].tenant);
+        args.queues.push_back(look[i].queue);
+        args.hashes.emplace_back(look[i].hashes);
     }
-    Query q;
-    q.sql = sql::kInDoubt;
-    q.params = {text_param(pg_int_array(seg_i)), text_param(pg_text_array(tenants)), text_param(pg_text_array(queues)),
-                binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid), text_param(pg_int_array({})),
-                text_param(pg_text_array({}))};
+    Query q = in_doubt_query(args);
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (!r.ok || r.rows() != static_cast<int>(look.size())) {
@@ -75,14 +70,10 @@ Task<void> Recovery::check_recent_fires() {
     }
     int64_t lost_timers = 0, lost_segments = 0;
     std::vector<RowRef> back;  // a lost fire's claim may have reached the standby: hand it back
-    for (int i = 0; i < r.rows(); ++i) {
-        int64_t at = -1, base = -1;
-        using C = sql::InDoubtCol;
-        if (!parse_i64(r.get(i, static_cast<int>(C::seg)), at) || at < 0 || static_cast<size_t>(at) >= look.size())
-            continue;
-        if (!r.is_null(i, static_cast<int>(C::base_offset))) parse_i64(r.get(i, static_cast<int>(C::base_offset)), base);
-        const Announced &a = look[static_cast<size_t>(at)];
-        if (base != a.base) {
+    for (const InDoubtRow &row : read_in_doubt_rows(r)) {
+        if (!row.readable || row.seg < 0 || static_cast<size_t>(row.seg) >= look.size()) continue;
+        const Announced &a = look[static_cast<size_t>(row.seg)];
+        if (row.base != a.base) {
             lost_timers += a.count;
             ++lost_segments;
             for (const auto &[key, token] : a.rows) back.push_back(RowRef{a.tenant, a.queue, key, token});
@@ -254,19 +245,20 @@ Task<bool> Recovery::identify_server() {
     // Which server answers now. Behind a bouncer this is still the PostgreSQL server, so
     // the stats name the host that failed and the one that took over.
     Query q;
-    q.sql = sql::kIdentifyServer;
+    q.sql = sql::kIdentifyServer;  // no parameter
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-    if (!r.ok || r.rows() != 1) {
+    const IdentifyAnswer a = read_identify_answer(r);
+    if (!a.readable) {
         if (is_read_only(r)) {
             std::lock_guard<std::mutex> g(ctx_.stats.mu);
             ++ctx_.stats.f.failover.read_only_total;
         }
         co_return false;
     }
-    const std::string server = r.get(0, static_cast<int>(sql::IdentifyCol::server));
-    const bool in_recovery = r.get(0, static_cast<int>(sql::IdentifyCol::in_recovery)) == "t";
-    const std::string identity = r.get(0, static_cast<int>(sql::IdentifyCol::identity));
+    const std::string &server = a.server;
+    const bool in_recovery = a.in_recovery;
+    const std::string &identity = a.identity;
     const LinkStep st = link_step(link_, LinkEvent::identified);
     link_ = st.next;
     std::string before;
@@ -316,19 +308,17 @@ Task<void> Recovery::hand_back_lost_claims() {
     std::erase_if(lost_claims_, [now](const LostClaim &lc) { return now >= lc.forget_at_mono; });
     while (!lost_claims_.empty() && !ctx_.stopping.load()) {
         const LostClaim &lc = lost_claims_.front();
-        Query q;
-        q.sql = sql::kReleaseClaims;
-        q.params = {text_param(pg_text_array({lc.id})), text_param(std::to_string(lc.lease_from_unix_ms)),
-                    text_param(std::to_string(lc.lease_to_unix_ms))};
+        Query q = release_claims_query(ReleaseClaimsArgs{{lc.id}, lc.lease_from_unix_ms, lc.lease_to_unix_ms});
         q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
         PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-        int64_t released = 0;
-        if (!r.ok || r.rows() != 1 || !parse_i64(r.get(0, 0), released)) {
+        const std::optional<int64_t> answered = read_released(r);
+        if (!answered) {
             if (r.ok) r.message = "the hand-back of a lost claim answered unreadably";
             ctx_.note_error("hand-back of a lost claim", r);
             break;  // kept: the next cycle tries again
         }
         lost_claims_.erase(lost_claims_.begin());
+        const int64_t released = *answered;
         {
             std::lock_guard<std::mutex> g(ctx_.stats.mu);
             auto &fo = ctx_.stats.f.failover;
@@ -350,46 +340,33 @@ Task<void> Recovery::hand_back_lost_claims() {
 // look again next cycle), and is exactly this segment in the log (the same transaction
 // hashes at the offset the dedup index gives for the first)?
 Task<void> Recovery::resolve_parked() {
-    std::vector<int64_t> seg_i, row_i;
-    std::vector<std::string> seg_tenants, seg_queues, row_keys;
-    std::vector<std::string_view> seg_hashes;
+    InDoubtArgs args;
     for (const ParkedFire &pf : parked_)
         for (const ParkedSegment &ps : pf.segments) {
-            const int64_t i = static_cast<int64_t>(seg_i.size());
-            seg_i.push_back(i);
-            seg_tenants.push_back(ps.tenant);
-            seg_queues.push_back(ps.queue);
-            seg_hashes.emplace_back(ps.hashes);
+            const int64_t i = static_cast<int64_t>(args.segments.size());
+            args.segments.push_back(i);
+            args.tenants.push_back(ps.tenant);
+            args.queues.push_back(ps.queue);
+            args.hashes.emplace_back(ps.hashes);
             for (const auto &kt : ps.rows) {
-                row_i.push_back(i);
-                row_keys.push_back(kt.first);
+                args.key_segments.push_back(i);
+                args.keys.push_back(kt.first);
             }
         }
-    Query q;
     // queen.log_timers_in_doubt_v1 (SECURITY DEFINER) answers for a role that reads no table.
-    q.sql = sql::kInDoubt;
-    q.params = {text_param(pg_int_array(seg_i)), text_param(pg_text_array(seg_tenants)),
-                text_param(pg_text_array(seg_queues)), binary_param(pg_bytea_array_binary(seg_hashes), kByteaArrayOid),
-                text_param(pg_int_array(row_i)), text_param(pg_text_array(row_keys))};
+    Query q = in_doubt_query(args);
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (is_privilege_denied(r)) {
         co_await release_parked_unchecked();
         co_return;
     }
-    std::vector<InDoubtSeen> seen(seg_i.size());
+    std::vector<InDoubtSeen> seen(args.segments.size());
     bool readable = r.ok && r.rows() == static_cast<int>(seen.size());
-    for (int i = 0; readable && i < r.rows(); ++i) {
-        int64_t at = -1;
-        InDoubtSeen s;
-        using C = sql::InDoubtCol;
-        readable = parse_i64(r.get(i, static_cast<int>(C::seg)), at) && at >= 0 &&
-                   static_cast<size_t>(at) < seen.size() &&
-                   parse_i64(r.get(i, static_cast<int>(C::present)), s.present) &&
-                   parse_i64(r.get(i, static_cast<int>(C::unlocked)), s.unlocked) &&
-                   (r.is_null(i, static_cast<int>(C::base_offset)) ||
-                    parse_i64(r.get(i, static_cast<int>(C::base_offset)), s.base));
-        if (readable) seen[static_cast<size_t>(at)] = s;
+    for (const InDoubtRow &row : readable ? read_in_doubt_rows(r) : std::vector<InDoubtRow>{}) {
+        readable = readable && row.readable && row.seg >= 0 && static_cast<size_t>(row.seg) < seen.size();
+        if (!readable) break;
+        seen[static_cast<size_t>(row.seg)] = InDoubtSeen{row.present, row.unlocked, row.base};
     }
     if (!readable) {
         if (r.ok) r.message = "the in-doubt check answered " + std::to_string(r.rows()) + " unreadable rows";
