@@ -515,58 +515,6 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
     co_return co_await on_fire_failure(rows, batch, std::move(r), plan);
 }
 
-// A fire answered: fired segments are gone from the table and announced, stale ones
-// (rows another broker took) are forgotten and what we still hold of them handed back,
-// busy ones (a partition someone holds) are kept to be tried again later.
-// What one fire's answer says, segment by segment: the counts for the stats, the segments
-// that came back busy (kept), the stale rows to hand back, the fired ones to announce.
-struct Drain::FireTally {
-    int64_t fired = 0, stale = 0, dup = 0, released = 0, lag_max = 0, stale_unheld = 0, fired_segs = 0;
-    int64_t provision_busy = 0;  // busy segments whose queue or partition someone else held ("provisionBusy")
-    std::vector<int64_t> lags;
-    std::vector<std::pair<size_t, int64_t>> fired_notes;  // (segment, base offset)
-    FireBatch busy;
-    std::vector<size_t> stale_rows;
-};
-
-Drain::FireTally Drain::tally_fire_answer(std::vector<ClaimedTimer> &rows, const FireBatch &batch,
-                                          const FireAnswer &answer) {
-    FireTally t;
-    // Segments busy because another transaction held their queue or partition name (a queue
-    // being created, removed or renamed; schema 18): kept like any busy segment, and counted.
-    t.provision_busy = answer.provision_busy;
-    const int64_t now_mono = static_cast<int64_t>(ctx_.now());
-    for (size_t s = 0; s < batch.segments.size(); ++s) {
-        const PackedSegment &seg = batch.segments[s];
-        const FireSegmentAnswer sa = answer.segment(s);
-        if (sa.status == FireSegStatus::busy) {  // still claimed and held: kept, not forgotten
-            t.busy.segments.push_back(seg);
-            t.busy.bytes += seg.bytes;
-            continue;
-        }
-        if (sa.status == FireSegStatus::fired) {
-            t.fired += seg.count;
-            ++t.fired_segs;
-            for (size_t idx : seg.rows) {
-                const int64_t lag = std::max<int64_t>(rows[idx].late_ms + now_mono, 0);
-                t.lags.push_back(lag);
-                t.lag_max = std::max(t.lag_max, lag);
-            }
-            t.fired_notes.emplace_back(s, sa.base_offset);
-        } else if (sa.status == FireSegStatus::stale) {
-            ++t.stale;
-            t.released += sa.held;
-            t.stale_unheld += static_cast<int64_t>(seg.count) - sa.held;
-            t.stale_rows.insert(t.stale_rows.end(), seg.rows.begin(), seg.rows.end());
-        } else if (sa.status == FireSegStatus::duplicate) {
-            t.dup += sa.duplicates;
-            t.released += sa.released;
-        }
-        for (size_t idx : seg.rows) held_.forget(rows[idx]);
-    }
-    return t;
-}
-
 // The figures of one fire, then its announcements: after the commit, never before (a host
 // can wake its parked consumers now).
 void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t) {
@@ -594,6 +542,9 @@ void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch 
     ctx_.publish_pool();  // a long drain still shows its pool figures as it goes
 }
 
+// A fire answered: fired segments are gone from the table and announced, stale ones
+// (rows another broker took) are forgotten and what we still hold of them handed back,
+// busy ones (a partition someone holds) are kept to be tried again later (tally_fire).
 Task<Drain::FireEnd> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
                                             const CallPlan &plan) {
     FireAnswer answer;
@@ -615,7 +566,8 @@ Task<Drain::FireEnd> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, Fire
         recovery_.park_fire(rows, batch, true);
         co_return FireEnd{false, std::move(bad)};
     }
-    FireTally t = tally_fire_answer(rows, batch, answer);
+    FireTally t = tally_fire(answer, batch, rows, static_cast<int64_t>(ctx_.now()));
+    for (size_t idx : t.done_rows) held_.forget(rows[idx]);
     publish_fire(rows, batch, t);
     // A row the fire could not lock is not necessarily lost to us: another broker's claim
     // may have held it for an instant (SKIP LOCKED) while our token is still on it. A

@@ -32,6 +32,7 @@
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain_policy.hpp"
+#include "sweeper/fire_tally.hpp"
 #include "sweeper/floor.hpp"
 #include "sweeper/recovery.hpp"
 
@@ -125,8 +126,6 @@ private:
     Task<FireEnd> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
     Task<FireEnd> on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
                                  const CallPlan &plan);
-    struct FireTally;
-    FireTally tally_fire_answer(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireAnswer &answer);
     void publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t);
     Task<FireEnd> on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
                                   const CallPlan &plan);
