@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/json_get.hpp"
+#include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
 
@@ -228,6 +229,12 @@ std::vector<InDoubtRow> read_in_doubt_rows(const PgResult &r) {
     return rows;
 }
 
+Query identify_query() {
+    Query q;
+    q.sql = sql::kIdentifyServer;
+    return q;
+}
+
 IdentifyAnswer read_identify_answer(const PgResult &r) {
     using C = sql::IdentifyCol;
     IdentifyAnswer a;
@@ -261,6 +268,37 @@ Query fire_query(FireArgs &&a) {
                 text_param(pg_int_array(a.key_segments)), text_param(std::move(a.tokens)),
                 text_param(a.wait ? "true" : "false"), a.tids ? text_param(std::move(*a.tids)) : null_param()};
     return q;
+}
+
+// ---- The schema version ----------------------------------------------------------------------------
+
+Query schema_version_query() {
+    Query q;
+    q.sql = sql::kReadSchemaVersion;
+    q.answer_sqlstates.assign(kSchemaAbsentSqlstates.begin(), kSchemaAbsentSqlstates.end());
+    return q;
+}
+
+SchemaVersionAnswer read_schema_version(PgResult r) {
+    SchemaVersionAnswer v;
+    if (r.ok && r.rows() == 1 && !r.is_null(0, 0)) {
+        int64_t n = 0;
+        if (parse_i64(r.get(0, 0), n)) {
+            v.ok = true;
+            v.version = n;
+        } else {
+            v.error.origin = Origin::internal;
+            v.error.message = "queen.schema_version_v1() answered a value that is not an integer";
+        }
+    } else if (r.ok || is_schema_absent(r)) {
+        // No function, no schema, no table, or nothing recorded: the database predates
+        // versioning or has no schema at all.
+        v.ok = true;
+        v.absent = true;
+    } else {
+        v.error = std::move(r);
+    }
+    return v;
 }
 
 }  // namespace qsw

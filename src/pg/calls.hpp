@@ -203,6 +203,8 @@ std::vector<InDoubtRow> read_in_doubt_rows(const PgResult &r);
 
 // ---- Which server answers (sql::kIdentifyServer) -------------------------------------------------
 
+Query identify_query();  // no parameter
+
 // Unreadable: no single row.
 struct IdentifyAnswer {
     bool readable = false;
@@ -211,5 +213,19 @@ struct IdentifyAnswer {
     std::string identity;  // "<system identifier>/<timeline>" (empty where the role may not read them)
 };
 IdentifyAnswer read_identify_answer(const PgResult &r);
+
+// ---- The schema version (sql::kReadSchemaVersion) -------------------------------------------------
+
+// No parameter. The SQLSTATEs of a schema not there yet (kSchemaAbsentSqlstates) are an
+// answer, not a failed call: a healthy first start counts no failed call.
+Query schema_version_query();
+
+struct SchemaVersionAnswer {
+    bool ok = false;       // the call answered
+    bool absent = false;   // no queen.schema_version_v1(), no schema, or nothing recorded
+    int64_t version = -1;
+    PgResult error;        // when !ok: the failure, or an answer that is not an integer
+};
+SchemaVersionAnswer read_schema_version(PgResult r);
 
 }  // namespace qsw

@@ -244,8 +244,7 @@ bool is_new_server(const ServerIdentity &before, const ServerIdentity &now) {
 Task<bool> Recovery::identify_server() {
     // Which server answers now. Behind a bouncer this is still the PostgreSQL server, so
     // the stats name the host that failed and the one that took over.
-    Query q;
-    q.sql = sql::kIdentifyServer;  // no parameter
+    Query q = identify_query();
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     const IdentifyAnswer a = read_identify_answer(r);

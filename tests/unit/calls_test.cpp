@@ -321,3 +321,41 @@ TEST(Calls, TheFireSendsItsArgumentsInTheTextsOrder) {
     EXPECT_EQ(param(w, 9), "false");
     EXPECT_EQ(param(w, 10), "{\"(0,1)\",\"(0,2)\"}");
 }
+
+TEST(Calls, WhichServerAndWhichSchemaVersionTakeNoParameter) {
+    const Query id = identify_query();
+    EXPECT_EQ(id.sql, sql::kIdentifyServer);
+    EXPECT_TRUE(id.params.empty());
+    const Query v = schema_version_query();
+    EXPECT_EQ(v.sql, sql::kReadSchemaVersion);
+    EXPECT_TRUE(v.params.empty());
+    EXPECT_EQ(v.answer_sqlstates, (std::vector<std::string>{"42883", "3F000", "42P01"}));
+}
+
+TEST(Calls, TheSchemaVersionAnswer) {
+    SchemaVersionAnswer a = read_schema_version(one("20"));
+    EXPECT_TRUE(a.ok);
+    EXPECT_FALSE(a.absent);
+    EXPECT_EQ(a.version, 20);
+    a = read_schema_version(result(1, {{std::nullopt}}));  // nothing recorded
+    EXPECT_TRUE(a.ok);
+    EXPECT_TRUE(a.absent);
+    a = read_schema_version(result(1, {}));
+    EXPECT_TRUE(a.ok);
+    EXPECT_TRUE(a.absent);
+    a = read_schema_version(one("twenty"));
+    EXPECT_FALSE(a.ok);
+    EXPECT_EQ(a.error.origin, Origin::internal);
+    EXPECT_FALSE(read_schema_version(one("99999999999999999999")).ok);
+    PgResult missing;
+    missing.sqlstate = "42883";  // no such function: no schema yet, an answer
+    a = read_schema_version(missing);
+    EXPECT_TRUE(a.ok);
+    EXPECT_TRUE(a.absent);
+    PgResult down;
+    down.origin = Origin::transport;
+    down.message = "connection lost";
+    a = read_schema_version(down);
+    EXPECT_FALSE(a.ok);
+    EXPECT_EQ(a.error.message, "connection lost");
+}
