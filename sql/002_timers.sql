@@ -40,6 +40,8 @@ DROP FUNCTION IF EXISTS queen.log_timers_claim_v2(int2[], timestamptz, int, int,
 DROP FUNCTION IF EXISTS queen.log_timers_claim_v3(int2[], timestamptz, int, int, int, bigint, uuid,
                                                   uuid[], text[], text[], timestamptz, uuid[]);
 DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v1(uuid[], timestamptz, timestamptz);
+-- Until schema version 22, log_timers_release_claims_v2 had no floor (a walk from the head).
+DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz);
 
 -- ---------------------------------------------------------------------------------------
 -- The table
@@ -201,13 +203,19 @@ $apply$;
 
 -- The claim turn (schema version 13): one row that every claim locks FOR UPDATE before
 -- its walk and keeps until its transaction ends, waiting for it under a 50 ms
--- lock_timeout (log_timers_claim_v4, "The turn"). Nothing is stored in it: the row is a lock and
--- nothing else. Deleted by hand, claims walk without it (as before version 13) until the
--- next schema apply puts it back.
+-- lock_timeout (log_timers_claim_v4, "The turn"). It stores one value: tenant_after, the
+-- fleet's place in the tenants' ring (log_timers_tenant_ring_v1), which only a claim
+-- holding the turn moves. Deleted by hand, claims walk without it (as before version 13)
+-- and start the ring at a random place until the next schema apply puts it back.
 CREATE TABLE IF NOT EXISTS queen.log_timers_claim_turn (
     id smallint PRIMARY KEY CHECK (id = 1)
 );
+ALTER TABLE queen.log_timers_claim_turn ADD COLUMN IF NOT EXISTS tenant_after uuid;
 INSERT INTO queen.log_timers_claim_turn (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
+-- The claims that did not have the turn within its wait, for the whole fleet since the
+-- schema was created: a sequence, so counting takes no lock and survives the failed try's
+-- rollback (log_timers_take_turn_v1; the probe answers it as "turnTimeouts").
+CREATE SEQUENCE IF NOT EXISTS queen.log_timers_turn_timeouts;
 
 -- The held rows (schema version 19): due rows in nobody's hands that a claim found locked by
 -- someone else's transaction (a host's open transaction that rescheduled the timer, an ORM
@@ -1094,7 +1102,7 @@ $fn$;
 
 -- queen.log_timers_due_v2(shards int2[], now, cap int, floor timestamptz, horizon_ms int)
 --   -> jsonb {"now", "nowMs", "nextInMs", "beyond", "due", "dueCapped", "lateMs", "floor",
---             "floorMs", "tenants", "fireEnabled", "maintenance", "scheduleEnabled"}
+--             "floorMs", "held", "turnTimeouts", "fireEnabled", "maintenance", "scheduleEnabled"}
 --      "nextInMs": ms from now until the next instant something may come due over the given
 --                  shards (null shards = all 64), rounded up, 0 when it has passed, null when
 --                  nothing is found: the earlier of the first row in nobody's hands and the
@@ -1109,13 +1117,10 @@ $fn$;
 --      "beyond": true when horizon_ms bounded the search for the next row and none was
 --                found within now + horizon_ms (nextInMs is then null, and the table may
 --                still hold rows further out: not the same as empty);
---      "tenants": when more are due than cap, the distinct tenants (at most 64) of the
---                 least(cap, 512) most recently due rows, but the tenant of the earliest
---                 due row (the oldest-first pool serves it): whose due rows are not at the
---                 (visible_at) index's head, for the claim to take its share of them
---                 (log_timers_claim_v4). A single tenant's backlog names none;
 --      "held": the rows of queen.log_timers_held that are due and in nobody's hands (not
---               counted in due: the walks pass them; the claim tries them by key).
+--               counted in due: the walks pass them; the claim tries them by key);
+--      "turnTimeouts": claims of the whole fleet that walked without the claim turn because
+--                      its wait ran out, since the schema was created (a counter).
 -- The walks start at the floor (null: the index's head) and pass a listed held row. The search for the next row stops
 -- at now + horizon_ms (null: no bound).
 -- Read-only. Locks: none. Refused with 22023: null now.
@@ -1142,11 +1147,9 @@ DECLARE
     v_until   timestamptz;
     v_first   timestamptz;
     v_head    timestamptz;
-    v_head_tn uuid;
     v_lease   timestamptz;
     v_due     bigint := 0;
     v_floor   timestamptz;
-    v_tenants uuid[];
     v_fire    boolean;
     v_maint   boolean;
     v_listed  boolean := EXISTS (SELECT 1 FROM queen.log_timers_held);
@@ -1190,7 +1193,7 @@ BEGIN
     IF v_first IS NOT NULL THEN
         -- The first row in nobody's hands: the rows in flight at the head are passed by
         -- their lease (a bounded number: what the brokers hold at once).
-        SELECT t.due_at, t.tenant_id INTO v_head, v_head_tn
+        SELECT t.due_at INTO v_head
           FROM queen.log_timers t
          WHERE t.due_at >= v_first AND t.due_at <= v_until
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
@@ -1221,19 +1224,6 @@ BEGIN
                    AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                    AND (v_all OR t.shard = ANY (v_shards))
                  LIMIT v_cap::bigint + 1) d;
-        IF v_due > v_cap THEN
-            SELECT array_agg(x.tenant_id) INTO v_tenants
-              FROM (SELECT DISTINCT r.tenant_id
-                      FROM (SELECT t.tenant_id
-                              FROM queen.log_timers t
-                             WHERE t.due_at >= v_head AND t.due_at <= p_now
-                               AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
-                               AND (v_all OR t.shard = ANY (v_shards))
-                             ORDER BY t.due_at DESC
-                             LIMIT least(v_cap, 512)) r
-                     WHERE r.tenant_id IS DISTINCT FROM v_head_tn
-                     LIMIT 64) x;
-        END IF;
     END IF;
 
     v_floor := CASE WHEN v_all
@@ -1262,8 +1252,9 @@ BEGIN
                        ELSE 0 END,
         'floor', v_floor,
         'floorMs', CASE WHEN v_floor IS NULL OR NOT isfinite(v_floor) THEN NULL ELSE queen.epoch_ms_v1(v_floor) END,
-        'tenants', coalesce(to_jsonb(v_tenants), '[]'::jsonb),
         'held', v_held,
+        'turnTimeouts', (SELECT CASE WHEN s.is_called THEN s.last_value ELSE 0 END
+                           FROM queen.log_timers_turn_timeouts s),
         'fireEnabled', v_fire AND NOT v_maint,
         'maintenance', v_maint,
         'scheduleEnabled', queen.switch_enabled_v1('timers_schedule_enabled', true));
@@ -1298,8 +1289,9 @@ $fn$;
 -- locked FOR UPDATE for the caller's transaction, waited for under a 50 ms lock_timeout
 -- (PostgreSQL applies it to each of a row lock's two waits, for a place in the row's queue
 -- and then for its holder: 100 ms at the very worst). True when had;
--- false when the wait ran out or the row is missing, and then nothing is held: the failed
--- try is a subtransaction, undone with the lock_timeout it set. The caller's lock_timeout
+-- false when the wait ran out (counted: nextval of queen.log_timers_turn_timeouts) or the
+-- row is missing, and then nothing is held: the failed try is a subtransaction, undone with
+-- the lock_timeout it set. The caller's lock_timeout
 -- is its own again either way. An internal helper (SECURITY INVOKER, granted to nobody).
 -- Locks: that row, FOR UPDATE (waits under a 50 ms lock_timeout).
 CREATE OR REPLACE FUNCTION queen.log_timers_take_turn_v1()
@@ -1318,8 +1310,106 @@ BEGIN
         PERFORM pg_catalog.set_config('lock_timeout', v_lt, true);
     EXCEPTION WHEN lock_not_available THEN
         v_had := false;
+        PERFORM nextval('queen.log_timers_turn_timeouts');
     END;
     RETURN coalesce(v_had, false);
+END
+$fn$;
+
+-- queen.log_timers_claim_check_v1(now, lease_ms, skip_tenants, skip_queues, skip_partitions)
+-- The claim's refusals (log_timers_claim_v4), with 22023: a null now, lease_ms < 1, skip
+-- arrays of different lengths. Internal to the claim (granted to no role). Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_claim_check_v1(p_now timestamptz, p_lease_ms int,
+    p_skip_tenants uuid[], p_skip_queues text[], p_skip_partitions text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+AS $fn$
+BEGIN
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION 'log_timers_claim: now must not be null' USING ERRCODE = '22023';
+    END IF;
+    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
+        RAISE EXCEPTION 'log_timers_claim: lease_ms must be at least 1 (got %)', p_lease_ms
+            USING ERRCODE = '22023';
+    END IF;
+    IF coalesce(cardinality(p_skip_partitions), 0) > 0
+       AND (coalesce(cardinality(p_skip_tenants), 0) <> cardinality(p_skip_partitions)
+            OR coalesce(cardinality(p_skip_queues), 0) <> cardinality(p_skip_partitions)) THEN
+        RAISE EXCEPTION 'log_timers_claim: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
+            coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
+            cardinality(p_skip_partitions) USING ERRCODE = '22023';
+    END IF;
+END
+$fn$;
+
+-- queen.log_timers_tenant_ring_v1(now timestamptz, floor timestamptz, turn boolean)
+--   -> uuid[]
+-- The tenants a claim under a backlog serves first (log_timers_claim_v4, "the ring"): the
+-- tenants with pending timers, in uuid order, form one ring for the whole fleet. From the
+-- place after queen.log_timers_claim_turn.tenant_after (with turn false, or no place yet:
+-- after a random uuid), it looks at the next tenants in ring order, at most 256 a call, and
+-- names those with a row due (due_at between floor and now) in nobody's hands, at most 64,
+-- in ring order. With turn (the caller holds the claim turn, so the row is its own), the
+-- place moves to the last tenant looked at: the next claim, on any broker, goes on from
+-- there. Looking at a tenant is two descents: the next tenant by the primary key (its order
+-- spreads a tenant's fired rows over its keys, so few dead entries come first) and its due
+-- head by log_timers_tenant_due_at_idx from the floor. Every tenant with due rows is
+-- named at least once every ceil(T / 256) claims (T: tenants with pending timers) and
+-- every ceil(D / 64) (D: tenants with due rows).
+-- Internal to the claim: runs in its transaction, as its owner (granted to no role).
+-- Locks: none (the update of the turn's row is the caller's, which holds it).
+CREATE OR REPLACE FUNCTION queen.log_timers_tenant_ring_v1(p_now timestamptz, p_floor timestamptz,
+                                                         p_turn boolean)
+RETURNS uuid[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_start uuid;
+    v_at    uuid;
+    v_tn    uuid;
+    v_last  uuid;
+    v_wrap  boolean := false;
+    v_named uuid[] := '{}'::uuid[];
+    v_from  timestamptz := coalesce(p_floor, '-infinity'::timestamptz);
+BEGIN
+    IF p_turn THEN
+        SELECT c.tenant_after INTO v_start FROM queen.log_timers_claim_turn c WHERE c.id = 1;
+    END IF;
+    v_start := coalesce(v_start, gen_random_uuid());
+    v_at := v_start;
+    FOR i IN 1..256 LOOP
+        IF v_at IS NULL THEN  -- from the ring's start (after wrapping)
+            SELECT t.tenant_id INTO v_tn FROM queen.log_timers t
+             ORDER BY t.tenant_id, t.queue, t.timer_key LIMIT 1;
+        ELSE
+            SELECT t.tenant_id INTO v_tn FROM queen.log_timers t WHERE t.tenant_id > v_at
+             ORDER BY t.tenant_id, t.queue, t.timer_key LIMIT 1;
+        END IF;
+        IF v_tn IS NULL OR (v_wrap AND v_tn > v_start) THEN
+            EXIT WHEN v_wrap;  -- round the whole ring
+            v_wrap := true;
+            v_at := NULL;
+            CONTINUE;
+        END IF;
+        v_last := v_tn;
+        v_at := v_tn;
+        IF EXISTS (SELECT 1 FROM queen.log_timers t
+                    WHERE (t.tenant_id, t.due_at) >= (v_tn, v_from) AND (t.tenant_id, t.due_at) <= (v_tn, p_now)
+                      AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)) THEN
+            v_named := v_named || v_tn;
+            EXIT WHEN cardinality(v_named) >= 64;
+        END IF;
+        EXIT WHEN v_wrap AND v_tn = v_start;
+    END LOOP;
+    IF p_turn AND v_last IS NOT NULL THEN
+        UPDATE queen.log_timers_claim_turn c SET tenant_after = v_last WHERE c.id = 1;
+    END IF;
+    RETURN v_named;
 END
 $fn$;
 
@@ -1443,16 +1533,29 @@ $fn$;
 -- * the held rows: entries of queen.log_timers_held whose row is gone or no longer at the
 --   due_at listed are deleted; the listed rows due, in nobody's hands and free now are taken
 --   by key (FOR UPDATE SKIP LOCKED) into the pool, in front of the walk's;
--- * the pool: the oldest due rows in one walk of the due index, up to max_rows, FOR UPDATE
---   SKIP LOCKED, and, for each tenant named in tenants (at most 64; the probe's "tenants"),
---   its own oldest due rows in nobody's hands, up to per_tenant, by
---   log_timers_tenant_due_at_idx, FOR UPDATE SKIP LOCKED. A tenant's share is written as
+-- * the ring (tenants not null: the caller has a backlog, more due than one claim takes;
+--   every shard): the tenants named from the fleet's ring of tenants
+--   (log_timers_tenant_ring_v1: at most 64 with due rows, from where the last claim holding
+--   the turn left off; that place moves with this claim when it holds the turn). When the
+--   ring names two or more, they are named with those given in tenants (at most 64 in all);
+--   one tenant's backlog is served by the oldest-first walk alone. Null tenants: no ring;
+-- * the pool: first, for each tenant named (at most 64), its own oldest due rows in nobody's
+--   hands, up to its share, least(per_tenant, max_rows / tenants named) and at least 1, by
+--   log_timers_tenant_due_at_idx, FOR UPDATE SKIP LOCKED; then the oldest due rows in one
+--   walk of the due index, up to what the shares leave of max_rows, passing the shares'
+--   rows, FOR UPDATE SKIP LOCKED. A tenant's share is written as
 --   one range of that index, (tenant, floor) <= (tenant_id, due_at) <= (tenant, now) in row
 --   comparisons ordered by (tenant_id, due_at), not as tenant_id = tenant: with the
 --   equality the planner may walk the due index filtering on the tenant, through the whole
 --   of another tenant's backlog first (measured 2026-12-01: 333 ms behind 1M rows, 3.8 s
 --   behind 10M, tests/bench/load --phases tenants). shards: null = every shard (the
 --   sweeper's case); a non-null array is a filter on the walk, not an order;
+-- The rule between tenants: under a backlog every tenant with due rows gets an equal share
+-- of the claims that name it, and every one is named in turn; within a tenant, oldest first.
+-- A tenant with a few due timers behind other tenants' backlogs is reached within
+-- ceil(D / 64) claims (D: tenants with due rows; at most ceil(T / 256), T: tenants with
+-- pending timers, while most of them have nothing due), then fired in
+-- ceil(its rows / share) claims naming it.
 -- * the choice: when the whole pool fits max_rows and the byte budget, all of it;
 --   otherwise per_tenant rows per tenant (null, < 1 or >= max_rows: no share), round by
 --   round, oldest first within each round (by due_at, then deliver_at: timers written at
@@ -1527,20 +1630,11 @@ DECLARE
     v_floor    timestamptz := p_floor;
     v_floor_ms bigint;
     v_listed   boolean := false;
+    v_turn     boolean;
+    v_ring     uuid[];
+    v_share    int;
 BEGIN
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION 'log_timers_claim: now must not be null' USING ERRCODE = '22023';
-    END IF;
-    IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
-        RAISE EXCEPTION 'log_timers_claim: lease_ms must be at least 1 (got %)', p_lease_ms
-            USING ERRCODE = '22023';
-    END IF;
-    IF v_skip AND (coalesce(cardinality(p_skip_tenants), 0) <> cardinality(p_skip_partitions)
-                   OR coalesce(cardinality(p_skip_queues), 0) <> cardinality(p_skip_partitions)) THEN
-        RAISE EXCEPTION 'log_timers_claim: skip_tenants, skip_queues and skip_partitions must line up (% / % / % elements)',
-            coalesce(cardinality(p_skip_tenants), 0), coalesce(cardinality(p_skip_queues), 0),
-            cardinality(p_skip_partitions) USING ERRCODE = '22023';
-    END IF;
+    PERFORM queen.log_timers_claim_check_v1(p_now, p_lease_ms, p_skip_tenants, p_skip_queues, p_skip_partitions);
     IF p_max_rows IS NULL OR p_max_rows < 1 OR NOT queen.switch_enabled_v1('timers_fire_enabled', true)
        OR queen.switch_enabled_v1('maintenance_mode', false) THEN
         RETURN;
@@ -1552,8 +1646,7 @@ BEGIN
              OR (SELECT count(DISTINCT s) FROM unnest(p_shards) AS s WHERE s BETWEEN 0 AND 63) = 64;
     SELECT array_agg(DISTINCT u) INTO v_tenants
       FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
-
-    PERFORM queen.log_timers_take_turn_v1();  -- "The turn" above
+    v_turn := queen.log_timers_take_turn_v1();  -- "The turn" above
 
     -- The held rows' list tidied, and the head ("The held rows" above; the floor never moves back).
     SELECT h.head, h.listed INTO v_head, v_listed FROM queen.log_timers_claim_head_v1(p_floor, p_now, v_all) h;
@@ -1562,28 +1655,16 @@ BEGIN
                                            p_now - queen.log_timers_floor_slack_v1()));
     END IF;
     v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
+    IF p_tenants IS NOT NULL AND v_all THEN  -- a backlog: "The ring" above
+        v_ring := queen.log_timers_tenant_ring_v1(p_now, v_floor, v_turn);
+        IF cardinality(v_ring) > 1 THEN
+            v_tenants := ARRAY(SELECT DISTINCT u FROM unnest(v_ring || v_tenants) AS u LIMIT 64);
+        END IF;
+    END IF;
+    v_share := greatest(1, least(v_per, p_max_rows / greatest(cardinality(v_tenants), 1)));
 
     RETURN QUERY
-    WITH oldest AS MATERIALIZED (
-        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.due_at AS cv,
-               t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
-          FROM queen.log_timers t
-         WHERE t.due_at <= p_now
-           AND t.due_at >= coalesce(v_floor, '-infinity')
-           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
-           AND (v_all OR t.shard = ANY (p_shards))
-           AND (NOT v_skip OR NOT EXISTS (
-                   SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
-                    WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
-         ORDER BY t.due_at
-         LIMIT p_max_rows
-           FOR UPDATE SKIP LOCKED
-    ), held AS MATERIALIZED (
-        SELECT d.* FROM queen.log_timers_held_due_v1(p_now, CASE WHEN v_all THEN NULL ELSE p_shards END,
-                                                     p_skip_tenants, p_skip_queues, p_skip_partitions,
-                                                     p_max_rows) d
-         WHERE v_listed
-    ), shares AS MATERIALIZED (
+    WITH shares AS MATERIALIZED (
         SELECT s.*
           FROM unnest(coalesce(v_tenants, '{}'::uuid[])) AS u(tn)
           CROSS JOIN LATERAL (
@@ -1599,16 +1680,35 @@ BEGIN
                            SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
                             WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
                  ORDER BY t.tenant_id, t.due_at
-                 LIMIT v_per
+                 LIMIT v_share
                    FOR UPDATE SKIP LOCKED) s
+    ), oldest AS MATERIALIZED (
+        SELECT t.ctid AS tid, t.tenant_id AS ct, t.queue AS cq, t.timer_key AS ck, t.due_at AS cv,
+               t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
+          FROM queen.log_timers t
+         WHERE t.due_at <= p_now
+           AND t.due_at >= coalesce(v_floor, '-infinity')
+           AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
+           AND (v_all OR t.shard = ANY (p_shards))
+           AND (NOT v_skip OR NOT EXISTS (
+                   SELECT 1 FROM unnest(p_skip_tenants, p_skip_queues, p_skip_partitions) AS k(st, sq, sp)
+                    WHERE k.st = t.tenant_id AND k.sq = t.queue AND k.sp = t.partition))
+           AND t.ctid NOT IN (SELECT s.tid FROM shares s)  -- ours (not skipped); hashed, once
+         ORDER BY t.due_at
+         LIMIT greatest(p_max_rows - (SELECT count(*) FROM shares), 0)  -- what the shares leave
+           FOR UPDATE OF t SKIP LOCKED
+    ), held AS MATERIALIZED (
+        SELECT d.* FROM queen.log_timers_held_due_v1(p_now, CASE WHEN v_all THEN NULL ELSE p_shards END,
+                                                     p_skip_tenants, p_skip_queues, p_skip_partitions,
+                                                     p_max_rows) d
+         WHERE v_listed
     ), pool AS MATERIALIZED (
-        -- A row can be in two: the oldest pool, a held row's, and its tenant's share.
+        -- A held row's can be in the oldest walk or its tenant's share too.
         SELECT d.* FROM held d
         UNION ALL
         SELECT o.* FROM oldest o WHERE NOT EXISTS (SELECT 1 FROM held d WHERE d.tid = o.tid)
         UNION ALL
-        SELECT s.* FROM shares s WHERE NOT EXISTS (SELECT 1 FROM oldest o WHERE o.tid = s.tid)
-                                   AND NOT EXISTS (SELECT 1 FROM held d WHERE d.tid = s.tid)
+        SELECT s.* FROM shares s WHERE NOT EXISTS (SELECT 1 FROM held d WHERE d.tid = s.tid)
     ), whole AS (  -- The claim takes the whole pool: nothing to choose.
         SELECT count(*) <= p_max_rows AND (v_bytes IS NULL OR coalesce(sum(p.cb), 0) <= v_bytes) AS ok
           FROM pool p
@@ -1893,20 +1993,24 @@ END
 $fn$;
 
 -- queen.log_timers_release_claims_v2(claims uuid[], lease_from timestamptz,
---                                     lease_to timestamptz, now timestamptz) -> int
+--                                     lease_to timestamptz, now timestamptz,
+--                                     floor timestamptz) -> int
 -- Hands back every row still held under one of the given claim ids (claim_token = the
 -- claim_id given to log_timers_claim_v4) whose lease ends between lease_from and lease_to:
 -- claim_token nulled and claimed_until set, no attempt spent, as log_timers_release_v2. For a
 -- caller whose claim's answer was lost (the connection died after the claim committed):
--- it never saw the rows, but it knows the claim ids it sent and, within its clock's
--- uncertainty, when their lease ends (a claim's rows all have claimed_until = its now +
--- lease_ms; they wait at the due_at they were claimed at, so the
--- walk is the due index from its head to the window's end). A claim that
--- never committed has no rows. Returns the number released.
+-- it never saw the rows, but it knows the claim ids it sent, the floor it sent them with,
+-- and, within its clock's uncertainty, when their lease ends (a claim's rows all have
+-- claimed_until = its now + lease_ms; they wait at the due_at they were claimed at, at or
+-- after the floor the claim was given, at or before its now). So the walk is the due index
+-- from floor (null: its head) to the window's end, and the listed held rows
+-- (queen.log_timers_held), the one kind a claim takes behind its floor, by key. A claim
+-- that never committed has no rows. Returns the number released.
 -- Refused with 22023: a null or inverted window, or one over 10 minutes (a bounded walk).
 -- Locks: rows of queen.log_timers, FOR UPDATE SKIP LOCKED (never waits).
 CREATE OR REPLACE FUNCTION queen.log_timers_release_claims_v2(
-    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz, p_now timestamptz)
+    p_claims uuid[], p_lease_from timestamptz, p_lease_to timestamptz, p_now timestamptz,
+    p_floor timestamptz)
 RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -1924,22 +2028,30 @@ BEGIN
     IF coalesce(cardinality(p_claims), 0) = 0 THEN
         RETURN 0;
     END IF;
-    WITH held AS (
+    WITH walked AS (
         SELECT t.ctid AS tid
           FROM queen.log_timers t
-         -- A claim's rows wait at the due_at they had when claimed,
-         -- at or before the claim's now, so at or before the window's end: a walk of the
-         -- due index from its head to there, checking each row's lease (claim_token, and
-         -- claimed_until in the window). Rows claimed under version 8 or earlier wait at
-         -- their lease's end, inside the same range.
-         WHERE t.due_at <= p_lease_to
+         -- A claim's rows wait at the due_at they had when claimed, at or after its floor
+         -- and at or before its now, so before the window's end: a walk of the due index
+         -- over that range, checking each row's lease (claim_token, and claimed_until in the
+         -- window). Rows claimed under version 8 or earlier wait at their lease's end,
+         -- inside the same range.
+         WHERE t.due_at >= coalesce(p_floor, '-infinity'::timestamptz) AND t.due_at <= p_lease_to
            AND t.claimed_until BETWEEN p_lease_from AND p_lease_to
            AND t.claim_token = ANY (p_claims)
-           FOR UPDATE SKIP LOCKED
+           FOR UPDATE OF t SKIP LOCKED
+    ), listed AS (  -- a held row the claim took by key, perhaps behind its floor
+        SELECT t.ctid AS tid
+          FROM queen.log_timers_held h
+          JOIN queen.log_timers t
+            ON t.tenant_id = h.tenant_id AND t.queue = h.queue AND t.timer_key = h.timer_key
+         WHERE t.claimed_until BETWEEN p_lease_from AND p_lease_to
+           AND t.claim_token = ANY (p_claims)
+           FOR UPDATE OF t SKIP LOCKED
     ), upd AS (
         UPDATE queen.log_timers AS t
            SET claim_token = NULL, claimed_until = queen.log_timers_not_before_v1(t.deliver_at, p_now)
-         WHERE t.ctid = ANY (ARRAY(SELECT h.tid FROM held h))
+         WHERE t.ctid = ANY (ARRAY(SELECT w.tid FROM walked w UNION SELECT l.tid FROM listed l))
            AND t.claim_token = ANY (p_claims)
         RETURNING 1
     )

@@ -36,7 +36,7 @@ SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
     SELECT queen.log_timers_due_v2(p_shards, p_now, p_cap, NULL, NULL)
-           - 'floor' - 'floorMs' - 'beyond' - 'tenants' - 'held'
+           - 'floor' - 'floorMs' - 'beyond' - 'held' - 'turnTimeouts'
 $fn$;
 
 -- queen.log_timers_claim_v1(shards int2[], now, lease_ms int, max_rows int, per_tenant int)

@@ -143,7 +143,7 @@ DECLARE
         ['queen_sweeper', 'queen.log_timers_dlq_v1(uuid[], text[], text[], timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_release_v1(uuid[], text[], text[], uuid[])'],
         ['queen_sweeper', 'queen.log_timers_release_v2(uuid[], text[], text[], uuid[], timestamptz)'],
-        ['queen_sweeper', 'queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz)'],
+        ['queen_sweeper', 'queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz, timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_in_doubt_v1(int[], uuid[], text[], bytea[], int[], text[])'],
         ['queen_sweeper', 'queen.kv_expire_step_v1(int2[], timestamptz, int)'],
         ['queen_sweeper', 'queen.kv_usage_step_v1(int2[], timestamptz, int)'],

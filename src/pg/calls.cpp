@@ -101,10 +101,7 @@ ProbeAnswer read_probe_answer(std::string_view text) {
     a.late_ms = json_get<int64_t>(j, "lateMs", 0);
     a.now_ms = json_find_int(j, "nowMs");
     a.floor_ms = json_find_int(j, "floorMs");
-    const auto tenants = j.find("tenants");
-    if (tenants != j.end() && tenants->is_array())
-        for (const auto &t : *tenants)
-            if (t.is_string()) a.tenants.push_back(t.get<std::string>());
+    if (const auto turns = json_find_int(j, "turnTimeouts")) a.turn_timeouts = std::max<int64_t>(*turns, 0);
     a.fire_enabled = json_get(j, "fireEnabled", true);
     a.maintenance = json_get(j, "maintenance", false);
     a.readable = true;
@@ -193,7 +190,7 @@ Query release_query(const ReleaseArgs &a) {
 Query release_claims_query(const ReleaseClaimsArgs &a) {
     Query q;
     q.sql = sql::kReleaseClaims;
-    q.params = {texts(a.claim_ids), i64(a.lease_from_unix_ms), i64(a.lease_to_unix_ms)};
+    q.params = {texts(a.claim_ids), i64(a.lease_from_unix_ms), i64(a.lease_to_unix_ms), optional_i64(a.floor_unix_ms)};
     return q;
 }
 
@@ -253,7 +250,9 @@ Query claim_query(const ClaimArgs &a) {
     q.sql = sql::kClaim;
     q.params = {text_param(shards_param(a.shards)), i64(a.lease_ms), i64(a.max_rows), i64(a.rows_per_tenant),
                 i64(a.max_bytes), text_param(a.claim_id), texts(a.skip_tenants), texts(a.skip_queues),
-                texts(a.skip_partitions), optional_i64(a.floor_ms), texts(a.tenants)};
+                texts(a.skip_partitions), optional_i64(a.floor_ms),
+                // Under a backlog, no tenant of our own: the claim names them from the ring.
+                a.backlog ? text_param("{}") : null_param()};
     q.binary_result = true;  // the payload as it is: a hex answer would double it
     return q;
 }

@@ -24,7 +24,7 @@ struct ClaimArgs {
     // The (tenant, queue, partition) triples to leave alone (partitions someone else holds).
     std::vector<std::string> skip_tenants, skip_queues, skip_partitions;
     std::optional<int64_t> floor_ms;   // none: the index head
-    std::vector<std::string> tenants;  // to take a share of by their own index
+    bool backlog = false;              // under a backlog: the claim names tenants from the ring
 };
 Query claim_query(const ClaimArgs &a);  // with a binary result (the payload as it is)
 
@@ -99,7 +99,7 @@ struct ProbeAnswer {
     int64_t late_ms = 0;                // "lateMs": the oldest due row's lateness
     std::optional<int64_t> now_ms;      // "nowMs": the server's now(), Unix ms
     std::optional<int64_t> floor_ms;    // "floorMs": the floor the next call starts from
-    std::vector<std::string> tenants;   // "tenants": of the most recently due rows (strings only)
+    std::optional<int64_t> turn_timeouts;  // "turnTimeouts": the fleet's claim-turn timeouts (>= 0)
     bool fire_enabled = true;           // "fireEnabled"
     bool maintenance = false;           // "maintenance"
 };
@@ -173,6 +173,7 @@ Query release_query(const ReleaseArgs &a);
 struct ReleaseClaimsArgs {
     std::vector<std::string> claim_ids;
     int64_t lease_from_unix_ms = 0, lease_to_unix_ms = 0;  // the window their lease ends in
+    std::optional<int64_t> floor_unix_ms;  // the floor the claims were sent with (none: the index head)
 };
 Query release_claims_query(const ReleaseClaimsArgs &a);
 

@@ -62,7 +62,7 @@ inline constexpr const char *kRelease =
 // $2 / $3 double precision: the window their lease ends in, Unix ms. One row: released.
 inline constexpr const char *kReleaseClaims =
     "SELECT queen.log_timers_release_claims_v2($1::uuid[], to_timestamp($2::double precision / 1000), "
-    "to_timestamp($3::double precision / 1000), now())";
+    "to_timestamp($3::double precision / 1000), now(), to_timestamp($4::double precision / 1000))";
 
 // The check of fires whose answer was lost. $1 int[] segment numbers, $2 uuid[] tenants,
 // $3 text[] queues, $4 bytea[] (binary) hashes, $5 int[] each key's segment, $6 text[] keys.

@@ -86,6 +86,7 @@ nlohmann::json Stats::to_json() {
     j["fire_bytes_total"] = x.fire_bytes_total;
     j["fire_busy_total"] = x.fire_busy_total;
     j["fire_provision_busy_total"] = x.fire_provision_busy_total;
+    j["claim_turn_timeouts_fleet_total"] = x.claim_turn_timeouts_fleet_total;
     j["fire_failures"] = {{"transient", x.fire_failures_transient},
                           {"config", x.fire_failures_config},
                           {"permanent", x.fire_failures_permanent}};
@@ -392,6 +393,10 @@ std::string Stats::to_prometheus() {
              "Segments deferred because their queue or partition could not be created: another transaction "
              "held the name (a queue being created, removed or renamed).")
         .sample(x.fire_provision_busy_total);
+    m.family("claim_turn_timeouts_fleet_total", "counter",
+             "Claims of the whole fleet that walked without the claim turn because its 50 ms wait ran out "
+             "(the same on every broker: read it with max()).")
+        .sample(x.claim_turn_timeouts_fleet_total);
     m.family("fire_bytes_total", "counter", "Bytes of segments and hashes fired.").sample(x.fire_bytes_total);
     {
         auto fam = m.family("fire_failures_total", "counter", "Failed fire calls by error class.");
@@ -550,7 +555,7 @@ std::string Stats::to_prometheus() {
             .sample(fl.dead_tuples);
         m.family("floor_resets_total", "counter", "Floors dropped (a new server): the next probe walks from the head.")
             .sample(fl.resets_total);
-        m.family("floor_tenants_named", "gauge", "Tenants the claims take a share of through their own index.")
+        m.family("floor_tenants_named", "gauge", "Tenants in the last claim taken under a backlog (0 without one).")
             .sample(fl.tenants_named);
         m.family("floor_held_rows", "gauge",
                  "Due timers another transaction keeps locked, passed by the floors and tried by key "

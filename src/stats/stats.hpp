@@ -106,7 +106,7 @@ struct FloorFigures {
     int64_t behind_total = 0;         // walks that found a row behind the floor (a slow transaction's)
     int64_t dead_tuples = -1;         // n_dead_tup of queen.log_timers at the last walk (-1: unknown)
     int64_t resets_total = 0;         // floors dropped (a new server): the next probe walks from the head
-    int64_t tenants_named = 0;        // tenants the claims take a share of by their own index
+    int64_t tenants_named = 0;        // tenants in the last claim under a backlog (the ring); 0 without one
     int64_t held_rows = 0;            // listed held rows due at the last probe (queen.log_timers_held)
 
     nlohmann::json to_json() const {
@@ -199,6 +199,8 @@ struct Figures {
     int64_t claim_batch = 0;           // rows the next claim asks for (grows while a backlog lasts)
     int64_t claims_ahead_total = 0;    // claims sent while the previous claim was being fired
     int64_t contended_claims_total = 0;  // claims whose fires met another broker (busy or stale)
+    int64_t claim_turn_timeouts_fleet_total = 0;  // the whole fleet's claims that walked without the
+                                                  // claim turn (its wait ran out), from the last probe
     int64_t fired_total = 0;           // timers delivered into the log
     int64_t fired_segments_total = 0;
     int64_t stale_total = 0;           // segments found stale at fire time

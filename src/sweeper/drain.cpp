@@ -283,7 +283,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
         skip_p.push_back(k[2]);
     }
     out.floor = floor_.ticket();
-    out.tenants = floor_.tenants();
+    out.backlog = floor_.backlog();
     Query q;
     q.sql = sql::kClaim;
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(ctx_.cfg.sweeper_lease_ms)),
@@ -292,7 +292,8 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
                 text_param(pg_text_array(skip_t)), text_param(pg_text_array(skip_q)),
                 text_param(pg_text_array(skip_p)),
                 out.floor.floor_ms ? text_param(std::to_string(*out.floor.floor_ms)) : null_param(),
-                text_param(pg_text_array(out.tenants))};
+                // Under a backlog, no tenant of our own: the claim names them from the ring.
+                out.backlog ? text_param("{}") : null_param()};
     q.binary_result = true;  // the payload as it is: a hex answer would double it
     q.timeout_ms = std::min<int64_t>(ctx_.cfg.stmt_timeout_ms, ctx_.cfg.sweeper_lease_ms / 2);
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
@@ -302,7 +303,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     }
     if (!r.ok) {
         // Sent and unanswered: it may have committed. Remembered by id, handed back later.
-        if (is_answer_lost(r) && !is_never_sent(r) && !is_read_only(r)) recovery_.remember_lost_claim(out.id, out.sent);
+        if (is_answer_lost(r) && !is_never_sent(r) && !is_read_only(r)) recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
         out.error = std::move(r);
         co_return;
     }
@@ -316,7 +317,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
         // its id on the next cycle (as one whose answer was lost).
         out.ok = true;
         out.undecodable = std::string("claim (") + e.what() + ")";
-        recovery_.remember_lost_claim(out.id, out.sent);
+        recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
     }
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
@@ -366,17 +367,15 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
             if (is_tid_text(tid)) t.row_tid = std::move(tid);
         }
     }
-    // The floor the next call starts from (the same on every row), and the tenants named
-    // that still had rows to give.
+    // The floor the next call starts from (the same on every row), and whether the backlog
+    // lasts.
     int64_t next_floor = 0;
     const bool has_floor = got > 0 && !r.is_null(0, static_cast<int>(C::floor_ms)) &&
                            read_be(r, 0, C::floor_ms, next_floor);
     floor_.note_answer(out.floor, has_floor ? std::optional<int64_t>(next_floor) : std::nullopt, std::nullopt);
-    if (!out.tenants.empty()) {
-        std::set<std::string> from;
-        for (const ClaimedTimer &t : out.rows) from.insert(t.tenant);
-        floor_.note_claim_tenants(from);
-    }
+    std::set<std::string> tenants;
+    for (const ClaimedTimer &t : out.rows) tenants.insert(t.tenant);
+    floor_.note_claim_backlog(out.backlog, got, out.want, static_cast<int64_t>(tenants.size()));
 }
 
 // ---- Packing and firing one claim --------------------------------------------------------

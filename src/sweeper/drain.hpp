@@ -82,7 +82,7 @@ private:
         std::vector<ClaimedTimer> rows;  // decoded, each held in held_
         std::string undecodable;         // a column that did not decode (the claim goes back)
         FloorTicket floor;               // the floor it was sent with
-        std::vector<std::string> tenants;  // the tenants it named for their share
+        bool backlog = false;  // sent under a backlog: the claim named tenants from the ring
         int64_t bytes = 0;               // payload bytes it carried
         PartitionKeys left_out;          // the kept segments' partitions it left out (sorted)
     };

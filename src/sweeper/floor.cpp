@@ -28,24 +28,11 @@ int64_t head_walk_every_ms(int64_t last_walk_ms) {
     return std::clamp(every, kHeadWalkMinEveryMs, kHeadWalkMaxEveryMs);
 }
 
-std::vector<std::string> tenants_after_probe(const std::vector<std::string> &named, bool due_capped,
-                                             const std::vector<std::string> &found, size_t cap) {
-    if (!due_capped) return {};
-    std::vector<std::string> out;
-    std::set<std::string> seen;
-    auto add = [&](const std::string &t) {
-        if (out.size() < cap && !t.empty() && seen.insert(t).second) out.push_back(t);
-    };
-    for (const auto &t : named) add(t);
-    for (const auto &t : found) add(t);
-    return out;
-}
+bool backlog_after_probe(bool due_capped) { return due_capped; }
 
-std::vector<std::string> tenants_after_claim(const std::vector<std::string> &named, const std::set<std::string> &got) {
-    std::vector<std::string> out;
-    for (const auto &t : named)
-        if (got.count(t)) out.push_back(t);
-    return out;
+bool backlog_after_claim(bool backlog, int64_t got, int64_t want) {
+    if (want <= 0) return backlog;
+    return got >= want;
 }
 
 bool try_held_rows(int64_t held, uint64_t now_ms, uint64_t last_tried_ms, int64_t every_ms) {
@@ -81,20 +68,17 @@ void DueFloor::reset() {
     ctx_.stats.f.floor.lag_ms = -1;
 }
 
-void DueFloor::note_probe_tenants(bool due_capped, const std::vector<std::string> &found) {
-    tenants_ = tenants_after_probe(tenants_, due_capped, found);
-    publish();
-}
-
-void DueFloor::note_claim_tenants(const std::set<std::string> &got) {
-    if (tenants_.empty()) return;
-    tenants_ = tenants_after_claim(tenants_, got);
-    publish();
-}
-
-void DueFloor::publish() {
+void DueFloor::note_probe_backlog(bool due_capped) {
+    backlog_ = backlog_after_probe(due_capped);
+    if (backlog_) return;
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.floor.tenants_named = static_cast<int64_t>(tenants_.size());
+    ctx_.stats.f.floor.tenants_named = 0;
+}
+
+void DueFloor::note_claim_backlog(bool sent_in_backlog, int64_t got, int64_t want, int64_t tenants) {
+    backlog_ = backlog_after_claim(backlog_, got, want);
+    std::lock_guard<std::mutex> g(ctx_.stats.mu);
+    ctx_.stats.f.floor.tenants_named = sent_in_backlog ? tenants : 0;
 }
 
 bool DueFloor::head_walk_due() const { return !walking_ && floor_ms_ && ctx_.now() >= next_walk_; }

@@ -11,10 +11,11 @@
 // One floor per sweeper, in memory: nothing shared, no leader, every broker scans
 // everything; a sweeper that starts (or meets a new server) walks from the head once.
 //
-// The tenants: when more rows are due than the probe counts, it names the tenants of the
-// most recently due rows; the claims take a share of each through the (tenant_id,
-// due_at) index, so a small tenant behind another tenant's backlog is served in the
-// next claim, and keep naming a tenant while its rows keep coming.
+// The backlog: while more rows are due than one claim takes (the probe's due count capped,
+// or the last claim came back full), each claim names tenants from the fleet's ring of
+// tenants (queen.log_timers_tenant_ring_v1) and takes a share of each through the
+// (tenant_id, due_at) index first, so a small tenant behind other tenants' backlogs is
+// reached within a few claims, and busy tenants share the drain equally.
 //
 // The decisions are pure functions (below the class), tested at both ends
 // (tests/unit/floor_test.cpp). Loop thread only.
@@ -56,13 +57,12 @@ int64_t head_walk_every_ms(int64_t last_walk_ms);
 inline constexpr int64_t kHeadWalkMinEveryMs = 10000;
 inline constexpr int64_t kHeadWalkMaxEveryMs = 300000;
 
-// The tenants the next claims name: those the last claim named and got rows of, then
-// those the probe just found, first seen first, at most cap. With no backlog (the probe's
-// due count not capped) none: the oldest-first pool takes everything due.
-inline constexpr size_t kMaxTenantsNamed = 64;
-std::vector<std::string> tenants_after_probe(const std::vector<std::string> &named, bool due_capped,
-                                             const std::vector<std::string> &found, size_t cap = kMaxTenantsNamed);
-std::vector<std::string> tenants_after_claim(const std::vector<std::string> &named, const std::set<std::string> &got);
+// Whether the next claim is under a backlog (and so names tenants from the ring): after a
+// probe, whether its due count was capped; after a claim, whether it came back full (a
+// claim that asked for nothing changes nothing). Without a backlog the oldest-first walk
+// takes everything due and the ring is not walked.
+bool backlog_after_probe(bool due_capped);
+bool backlog_after_claim(bool backlog, int64_t got, int64_t want);
 
 // The probe's horizon: how far past now it looks for the next row (ms), or none. Past now
 // lie the entries of fired claims (a claim moves its rows to now + lease), which a long
@@ -102,9 +102,10 @@ public:
     std::optional<int64_t> horizon_ms(int64_t idle_cycles) const;
     void note_beyond(bool beyond) { beyond_streak_ = beyond ? beyond_streak_ + 1 : 0; }
 
-    const std::vector<std::string> &tenants() const { return tenants_; }
-    void note_probe_tenants(bool due_capped, const std::vector<std::string> &found);
-    void note_claim_tenants(const std::set<std::string> &got);
+    bool backlog() const { return backlog_; }
+    void note_probe_backlog(bool due_capped);
+    // A claim's rows: whether the backlog lasts, and the tenants it served under one.
+    void note_claim_backlog(bool sent_in_backlog, int64_t got, int64_t want, int64_t tenants);
 
     // The walk from the head: due (and not running), started beside the cycle by the
     // Sweeper. A graceful stop cuts it short (its call is Query::cut_at_stop: the floor it
@@ -114,12 +115,10 @@ public:
     Task<void> head_walk();
 
 private:
-    void publish();
-
     LoopContext &ctx_;
     std::optional<int64_t> floor_ms_;
     uint64_t epoch_ = 0;
-    std::vector<std::string> tenants_;
+    bool backlog_ = false;
     int64_t beyond_streak_ = 0;
     bool walking_ = false;
     uint64_t next_walk_ = 0;  // loop clock; 0: at the first chance

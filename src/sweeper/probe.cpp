@@ -1,8 +1,8 @@
 // A. PROBE: one read-only call and one server now(). From the floor (sweeper/floor.hpp),
 // the first entry of the due index (due_at; the rows in flight passed by their lease,
 // schema version 9) gives the nearest due instant within the horizon; a capped count
-// gives the due rows; under a backlog, the tenants of the most recently due rows; and the
-// floor the next probe and claim start from.
+// gives the due rows (capped: a backlog, for the claims to name tenants from the ring); and
+// the floor the next probe and claim start from.
 #include "pg/calls.hpp"
 #include "sweeper/sweeper.hpp"
 
@@ -46,7 +46,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     p.held = a.held;
     if (a.now_ms) recovery_->note_server_clock(*a.now_ms, sent, got);
     floor_->note_answer(floor, a.floor_ms, a.now_ms);
-    floor_->note_probe_tenants(a.due_capped, a.tenants);
+    floor_->note_probe_backlog(a.due_capped);
     p.fire_enabled = a.fire_enabled;
     if (!a.fire_enabled && !cycle_.fire_paused_logged) {
         log_.warn(std::string("fire paused by ") + (a.maintenance ? "maintenance mode" : "timers_fire_enabled = false") +
@@ -60,6 +60,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     auto &f = stats_.f;
     f.timers_due = p.due;
     f.floor.held_rows = p.held;
+    if (a.turn_timeouts) f.claim_turn_timeouts_fleet_total = *a.turn_timeouts;
     f.timers_due_capped = a.due_capped;
     f.timers_oldest_late_ms = a.late_ms;
     f.next_in_ms = p.empty ? -1 : std::max<int64_t>(p.next_in_ms, 0);

@@ -193,7 +193,8 @@ void Recovery::note_server_clock(int64_t server_now_unix_ms, uint64_t sent_mono,
     server_now_got_mono_ = got_mono;
 }
 
-void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mono) {
+void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mono,
+                                   std::optional<int64_t> floor_ms) {
     if (server_now_got_mono_ == 0) return;  // no probe answered yet: no clock to place it on
     // The claim's now() was taken on the server between its send and now (the loss). On the
     // server's clock, as the last probe relates it to the loop's: S(m) lies within
@@ -205,6 +206,7 @@ void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mo
     const int64_t hi = server_now_unix_ms_ + static_cast<int64_t>(lost) - static_cast<int64_t>(server_now_sent_mono_);
     LostClaim lc;
     lc.id = claim_id;
+    lc.floor_unix_ms = floor_ms;
     lc.lease_from_unix_ms = lo - kSlackMs + ctx_.cfg.sweeper_lease_ms;
     lc.lease_to_unix_ms = hi + kSlackMs + ctx_.cfg.sweeper_lease_ms;
     lc.forget_at_mono = lost + static_cast<uint64_t>(ctx_.cfg.sweeper_lease_ms + kSlackMs);
@@ -307,7 +309,8 @@ Task<void> Recovery::hand_back_lost_claims() {
     std::erase_if(lost_claims_, [now](const LostClaim &lc) { return now >= lc.forget_at_mono; });
     while (!lost_claims_.empty() && !ctx_.stopping.load()) {
         const LostClaim &lc = lost_claims_.front();
-        Query q = release_claims_query(ReleaseClaimsArgs{{lc.id}, lc.lease_from_unix_ms, lc.lease_to_unix_ms});
+        Query q = release_claims_query(
+            ReleaseClaimsArgs{{lc.id}, lc.lease_from_unix_ms, lc.lease_to_unix_ms, lc.floor_unix_ms});
         q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
         PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
         const std::optional<int64_t> answered = read_released(r);

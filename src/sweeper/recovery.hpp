@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,9 @@ public:
     void park_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, bool in_doubt);
     void park_rows(const std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which);
     // A claim sent at `sent_mono` with id `claim_id` whose answer was lost.
-    void remember_lost_claim(const std::string &claim_id, uint64_t sent_mono);
+    // floor_ms: the floor the claim was sent with (its rows are at or after it, but listed
+    // held rows), which bounds the hand-back's walk; none: from the index's head.
+    void remember_lost_claim(const std::string &claim_id, uint64_t sent_mono, std::optional<int64_t> floor_ms);
     // The probe's server now() and when it was sent and answered (loop clock): the server's
     // clock against the loop's, to place a lost claim's lease end.
     void note_server_clock(int64_t server_now_unix_ms, uint64_t sent_mono, uint64_t got_mono);
@@ -84,6 +87,7 @@ private:
     struct LostClaim {
         std::string id;
         int64_t lease_from_unix_ms = 0, lease_to_unix_ms = 0;
+        std::optional<int64_t> floor_unix_ms;
         uint64_t forget_at_mono = 0;  // past its lease: its rows are anyone's again
     };
 

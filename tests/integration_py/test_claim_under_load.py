@@ -17,6 +17,7 @@ import base64
 import json
 import threading
 import time
+import uuid
 
 from queenkit import TENANT_A, TENANT_B, assert_clean_stop, connect, op_schedule, wait_for
 
@@ -53,6 +54,97 @@ def test_a_small_tenant_is_not_held_behind_another_tenants_backlog(q, sweepers):
     assert a_at_b < 20000, a_at_b
     assert len(q.delivered(queue="big")) == 30000 and len(q.delivered(queue="small")) == 20
     assert st["fired_total"] == 30020
+    assert_clean_stop(h)
+
+
+def test_a_small_tenant_is_reached_behind_100_busy_tenants_that_keep_producing(q, sweepers, connections):
+    """100 busy tenants keep a backlog of at least 20,000 due rows (a producer tops it up
+    with due-now rows of every busy tenant, so the most recently due rows are always theirs);
+    a small tenant then schedules 20 due now and rings wake. The claims name tenants from the
+    fleet's ring (issue 36): the small tenant is reached within a few claims, not after the
+    backlog ahead of it. Before: the probe named the tenants of the most recently due rows and
+    kept up to 64 that kept getting rows, so the small tenant fired only when the oldest-first
+    walk reached it, after the whole backlog (74 s late in the issue's measurement).
+    Asserted on counts: busy rows fired between the small tenant's schedule and its last fire,
+    against the backlog ahead of it; each busy tenant's fired count against the mean."""
+    busy = [uuid.UUID(int=0x5000 + i) for i in range(100)]
+    small = uuid.UUID(int=0x10)
+    prod = connections()
+    fired_at = {}
+    seen = {"busy": 0}
+    per_tenant = {}
+    lock = threading.Lock()
+
+    def fired(tenant, queue, partition, count, base_offset):
+        with lock:
+            if queue == "small":
+                seen["small"] = seen.get("small", 0) + count
+                if seen["small"] >= 20 and "busy_at_small" not in seen:
+                    seen["busy_at_small"] = seen["busy"]
+            else:
+                seen["busy"] += count
+                per_tenant[tenant] = per_tenant.get(tenant, 0) + count
+
+    def top_up(target):
+        # Rows of every busy tenant written by hand, due within the next few ms at instants of
+        # their own, interleaved over the tenants (as many producers' commits would be).
+        left = q.timers_left()
+        if left >= target:
+            return 0
+        per = max(1, (target - left) // len(busy) + 1)
+        prod.cursor().execute(
+            "INSERT INTO queen.log_timers (tenant_id, queue, timer_key, partition, deliver_at, txn,"
+            " message_id, payload)"
+            " SELECT t, 'busy', 'b-' || gen_random_uuid(), 'p0', now() + interval '1 microsecond' * (i * %s + n),"
+            " 'txn-' || gen_random_uuid(), gen_random_uuid(), '\\x00'"
+            " FROM unnest(%s::uuid[]) WITH ORDINALITY AS b(t, n) CROSS JOIN generate_series(1, %s) AS i",
+            (len(busy), [str(b) for b in busy], per))
+        return per * len(busy)
+
+    written = top_up(20000)
+    q.q("VACUUM ANALYZE queen.log_timers")
+    h = sweepers("ring", fired=fired, sweeper_claim_batch=100, sweeper_claim_batch_max=200,
+                 sweeper_cycle_max_rows=400)
+    h.start()
+    wait_for(lambda: seen["busy"] >= 2000, timeout=60, what="the drain of the busy tenants to begin")
+    stop = threading.Event()
+
+    def producer():
+        nonlocal written
+        while not stop.is_set():
+            written += top_up(20000)
+            h.wake(int(time.time() * 1000))
+            time.sleep(0.05)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        time.sleep(2)
+        ahead = q.timers_left()
+        q.schedule([op_schedule("small", f"s-{i:02d}", b"s", partition="p0") for i in range(20)], tenant=str(small))
+        with lock:
+            busy_then = seen["busy"]
+        h.wake(int(time.time() * 1000))
+        wait_for(lambda: seen.get("small", 0) >= 20, timeout=180, what="the small tenant's timers")
+    finally:
+        stop.set()
+        t.join()
+    with lock:
+        busy_between = seen["busy_at_small"] - busy_then
+        # The share of the minute: what each busy tenant had fired while all of them had a
+        # backlog (after the drain every count is what was written, equal by construction).
+        counts = sorted(per_tenant.values())
+    wait_for(lambda: q.timers_left() == 0, timeout=300, what="the backlog to drain")
+    mean = sum(counts) / len(counts)
+    print(f"\n[ring] small tenant's 20 fired after {busy_between} busy rows, with {ahead} ahead of it;"
+          f" busy tenants fired {counts[0]}..{counts[-1]} (mean {mean:.0f})")
+    assert ahead >= 15000, ahead
+    # Reached within a few claims of at most 200 rows, not behind the backlog ahead of it.
+    assert busy_between < ahead // 4, (busy_between, ahead)
+    assert len(counts) == 100 and counts[0] >= 0.8 * mean and counts[-1] <= 1.2 * mean, counts
+    assert len(q.delivered(queue="small")) == 20
+    assert len(q.delivered(queue="busy")) == written
+    assert h.stats()["fired_total"] == written + 20
     assert_clean_stop(h)
 
 

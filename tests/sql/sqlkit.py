@@ -206,9 +206,9 @@ class Queen:
                          None if claim_id is None else str(claim_id),
                          [str(t) for t, _, _ in skip], [q for _, q, _ in skip], [p for _, _, p in skip]))
 
-    def release_claims(self, claim_ids, lease_from, lease_to, now=NOW):
-        return self.one("SELECT queen.log_timers_release_claims_v2(%s::uuid[], %s, %s, %s)",
-                        ([str(c) for c in claim_ids], lease_from, lease_to, now))
+    def release_claims(self, claim_ids, lease_from, lease_to, now=NOW, floor=None):
+        return self.one("SELECT queen.log_timers_release_claims_v2(%s::uuid[], %s, %s, %s, %s)",
+                        ([str(c) for c in claim_ids], lease_from, lease_to, now, floor))
 
     def release(self, rows):
         return self.one(

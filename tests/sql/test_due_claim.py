@@ -133,7 +133,7 @@ def test_claim_is_one_ordered_index_walk(q, db):
              " NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
     out, plans = nested_plans(db, claim, (None, NOW, 10, 50), like="log_timers")
     assert len(out) == 10
-    walk = [p for p in plans if "WITH oldest" in p]
+    walk = [p for p in plans if "WITH shares" in p]
     assert len(walk) == 1, plans
     plan = walk[0]
     assert "Seq Scan on log_timers" not in plan, plan
@@ -141,12 +141,13 @@ def test_claim_is_one_ordered_index_walk(q, db):
     # No sort of candidates ahead of the lock: the index order is the claim order, and the
     # walk stops at the pool instead of reading every due row: max_rows, with the tenants'
     # share on or off (a tenant behind a backlog is reached by its name, not a wider pool).
-    lock = plan[plan.index("LockRows"):]
+    lock = plan[plan.index("LockRows", plan.index("CTE oldest")):]
     assert "rows=10 loops=1" in lock.splitlines()[0], plan
+    assert "hashed SubPlan" in lock, plan  # the shares' rows passed by one hash, not a loop
     out, plans = nested_plans(db, claim, (None, NOW, 8, 2), like="log_timers")
     assert len(out) == 8
-    plan = [p for p in plans if "WITH oldest" in p][0]
-    lock = plan[plan.index("LockRows"):]
+    plan = [p for p in plans if "WITH shares" in p][0]
+    lock = plan[plan.index("LockRows", plan.index("CTE oldest")):]
     assert "rows=8 loops=1" in lock.splitlines()[0], plan
 
 
@@ -173,7 +174,7 @@ def test_the_claim_and_the_probe_are_planned_once_per_session(q, connections):
 
     # The claim's statement, and the probe's walk to the first row in nobody's hands (plpgsql
     # hands the statement on without its INTO).
-    claim_text, probe_text = "WITH oldest AS MATERIALIZED", "SELECT t.due_at, t.tenant_id"
+    claim_text, probe_text = "WITH shares AS MATERIALIZED", "SELECT t.due_at%WHERE t.due_at >= v_first"
     claim0, probe0 = counted(claim_text), counted(probe_text)
     for k in range(6):
         with c.cursor() as cur:

@@ -6,8 +6,9 @@ now - slack). Every write puts its row at or after the now it writes with, so no
 behind a floor but a slow transaction's, which the walk from the head finds
 (log_timers_below_floor_v1). These tests hold the promises: no timer is skipped (a
 deliverAt in the past, a hand-back, a write by hand, a claim that rolls back, a slow
-transaction), oldest first within a tenant, and a tenant behind another's backlog gets
-its share in the first claim that names it.
+transaction), oldest first within a tenant, and under a backlog the claims name tenants from
+the fleet's ring (log_timers_tenant_ring_v1): a tenant behind others' backlogs is reached
+within a few claims and given the same share as each of them.
 """
 import base64
 import datetime as dt
@@ -97,8 +98,7 @@ def test_a_hand_back_puts_the_row_at_the_now_of_the_hand_back(q):
     cid = uuid.uuid4()
     q.exec("UPDATE queen.log_timers SET claim_token = %s WHERE timer_key = %s", (str(cid), rows[1]["timer_key"]))
     lease_end = NOW + ms(30_000)
-    assert q.one("SELECT queen.log_timers_release_claims_v2(%s::uuid[], %s, %s, %s)",
-                 ([str(cid)], lease_end - ms(1), lease_end + ms(1), later)) == 1
+    assert q.release_claims([cid], lease_end - ms(1), lease_end + ms(1), now=later) == 1
     got = q.all("SELECT timer_key, visible_at FROM queen.log_timers ORDER BY 1")
     assert [r["visible_at"] for r in got] == [later, later], got
     # a floor from before the hand-back: both fire
@@ -200,10 +200,11 @@ def test_a_subset_of_shards_gives_the_floor_back_unchanged(q):
     assert rows and rows[0]["floor_ms"] == int((NOW - ms(60_000)).timestamp() * 1000)
 
 
-def test_a_tenant_behind_another_tenants_backlog_gets_its_share_in_the_first_claim_naming_it(q):
-    """Tenant 1: 3,000 due a minute ago. Tenant 2: 10 due now. The oldest-first pool of a
-    claim of 200 holds only tenant 1; the probe names tenant 2 (the most recently due rows),
-    and the claim that names it takes its 10, oldest first, and tenant 1 the rest."""
+def test_a_tenant_behind_another_tenants_backlog_gets_its_share_in_the_first_claim_under_a_backlog(q):
+    """Tenant 1: 3,000 due a minute ago. Tenant 2: 10 due now. The oldest-first walk of a
+    claim of 200 holds only tenant 1; a claim under a backlog (tenants given, even empty)
+    names both from the ring and gives each a share of least(per_tenant, 200 / 2): tenant 2
+    its 10, oldest first, tenant 1 its 50 and the 140 the walk adds."""
     sched_many(q, 3000, tenant=T1, now=NOW - ms(60_000), prefix="a")
     sched_many(q, 10, tenant=T2, now=NOW, prefix="b")
     blind = q.claim2(max_rows=200, per_tenant=50)
@@ -211,20 +212,88 @@ def test_a_tenant_behind_another_tenants_backlog_gets_its_share_in_the_first_cla
     q.release(blind)
     q.exec("UPDATE queen.log_timers SET claimed_until = NULL")  # back where they were (2030 is after now())
     d = due2(q, cap=2000)
-    assert d["dueCapped"] is True and str(T2) in d["tenants"]
-    assert str(T1) not in d["tenants"]  # the head's tenant: the oldest-first pool serves it
-    rows = claim3(q, max_rows=200, per_tenant=50, floor=floor_of(d), tenants=[uuid.UUID(t) for t in d["tenants"]])
+    assert d["dueCapped"] is True and "tenants" not in d
+    assert claim3(q, max_rows=200, per_tenant=50, floor=floor_of(d), tenants=None)[0]["tenant_id"] == T1
+    q.exec("UPDATE queen.log_timers SET claim_token = NULL, claimed_until = NULL")
+    rows = claim3(q, max_rows=200, per_tenant=50, floor=floor_of(d), tenants=[])
     by = {}
     for r in rows:
         by.setdefault(r["tenant_id"], []).append(r["timer_key"])
     assert by[T2] == [f"b{i:06d}" for i in range(10)]
-    assert len(by[T1]) == 190 and by[T1] == sorted(by[T1]) and by[T1][0] == "a000000"
+    # (tenant 1's rows share one due_at: which 190 is the index's order, returned in key order)
+    assert len(by[T1]) == 190 and by[T1] == sorted(by[T1]) and len(set(by[T1])) == 190
 
 
-def test_a_single_tenants_backlog_names_no_tenant(q):
+def test_a_single_tenants_backlog_is_the_oldest_first_walk_alone(q):
     sched_many(q, 2500, tenant=T1, now=NOW - ms(1000))
     d = due2(q, cap=2000)
-    assert d["dueCapped"] is True and d["tenants"] == []
+    assert d["dueCapped"] is True
+    rows = claim3(q, max_rows=200, per_tenant=50, tenants=[])
+    assert [r["timer_key"] for r in rows] == [f"k{i:06d}" for i in range(200)]
+
+
+def ring_place(q):
+    return q.one("SELECT tenant_after FROM queen.log_timers_claim_turn WHERE id = 1")
+
+
+def test_the_ring_reaches_a_small_tenant_behind_200_busy_tenants_within_four_claims(q):
+    """200 busy tenants, 30 rows each due a minute ago; a small tenant's 5 due now, the
+    newest rows. Claims of 200 under a backlog, each fired (its rows deleted): every claim
+    names 64 tenants from where the last left off and gives each 200 / 64 = 3, so the small
+    tenant is served within ceil(201 / 64) = 4 claims and wholly within the next round of
+    the ring (the oldest-first walk alone: after all 6,000), and the busy tenants are
+    given the same share each."""
+    busy = sorted(uuid.UUID(int=0x5000 + i) for i in range(200))
+    small = uuid.UUID(int=0x4000)  # before every busy tenant in the ring's order
+    for b in busy:
+        sched_many(q, 30, tenant=b, now=NOW - ms(60_000), prefix="b")
+    sched_many(q, 5, tenant=small, now=NOW, prefix="s")
+    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(busy[0]),))
+    served = {}
+    small_at = None
+    for n in range(1, 9):
+        rows = claim3(q, max_rows=200, per_tenant=50, tenants=[])
+        assert len(rows) == 200
+        for r in rows:
+            served[r["tenant_id"]] = served.get(r["tenant_id"], 0) + 1
+        if small_at is None and any(r["tenant_id"] == small for r in rows):
+            small_at = n
+            # its share: 200 / 64 = 3, oldest first
+            assert [r["timer_key"] for r in rows if r["tenant_id"] == small] == [f"s{i:06d}" for i in range(3)]
+        q.exec("DELETE FROM queen.log_timers WHERE claim_token IS NOT NULL")
+        assert ring_place(q) is not None
+    assert small_at is not None and small_at <= 4, small_at
+    assert served[small] == 5
+    # 8 claims of 200 over 201 tenants: each busy one named twice or three times, 3 each;
+    # what the shares leave (8 a claim) goes oldest first, here to the first in the index
+    # (every busy row has the same due_at)
+    counts = [served.get(b, 0) for b in busy]
+    assert min(counts) >= 6 and sum(1 for c in counts if c <= 9) >= 196, counts
+
+
+def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywhere_and_is_counted(q, connections):
+    sched_many(q, 20, tenant=T1, now=NOW - ms(1000), prefix="a")
+    sched_many(q, 20, tenant=T2, now=NOW - ms(1000), prefix="b")
+    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
+    other = connections(autocommit=False)
+    other.cursor().execute("SELECT 1 FROM queen.log_timers_claim_turn WHERE id = 1 FOR UPDATE")
+    timeouts = due2(q)["turnTimeouts"]
+    try:
+        rows = claim3(q, max_rows=10, per_tenant=50, tenants=[])
+        # both tenants named (a random place: both are in the ring), 5 each
+        assert sorted(r["tenant_id"] for r in rows) == sorted([T1] * 5 + [T2] * 5)
+        assert ring_place(q) is None
+    finally:
+        other.rollback()
+    # the claim that walked without the turn is counted, for the fleet, by the probe
+    assert due2(q)["turnTimeouts"] == timeouts + 1
+    claim3(q, max_rows=10, per_tenant=50, tenants=[])
+    assert ring_place(q) in (T1, T2)
+    assert due2(q)["turnTimeouts"] == timeouts + 1
+    # no backlog (tenants null): the ring is not walked
+    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
+    claim3(q, max_rows=10, per_tenant=50, tenants=None)
+    assert ring_place(q) is None
 
 
 def test_a_named_tenant_without_due_rows_costs_nothing_and_changes_nothing(q):

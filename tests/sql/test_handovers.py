@@ -181,6 +181,27 @@ def test_a_lost_claim_is_handed_back_by_id_within_its_window(q):
     assert again[0]["n"] == 0        # the claim just above took them
 
 
+def test_a_lost_claims_hand_back_walks_from_its_floor_and_takes_listed_held_rows_behind_it(q):
+    """The hand-back walks the due index from the floor the claim was sent with, not from
+    its head (schema version 22): a claim's rows are at or after its floor, but a listed held
+    row, which the claim takes by key wherever it waits. A row of that claim behind the floor
+    and not listed (none can be, short of a hand edit, as here) is not walked."""
+    sched(q, "old", now=NOW - ms(60_000))
+    for k in ("a", "b"):
+        sched(q, k, now=NOW - ms(1000))
+    lost = uuid.uuid4()
+    assert len(q.claim2(claim_id=lost, max_rows=3, lease_ms=30000)) == 3
+    end = NOW + ms(30000)
+    floor = NOW - ms(2000)  # "old" is behind it
+    assert q.release_claims([lost], end - ms(5000), end + ms(5000), floor=floor) == 2
+    assert q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token = %s", (str(lost),)) == 1
+    # listed (a held row the claim took by key): handed back from behind the floor too
+    q.exec("INSERT INTO queen.log_timers_held (tenant_id, queue, timer_key, due_at, listed_at)"
+           " SELECT tenant_id, queue, timer_key, due_at, now() FROM queen.log_timers WHERE timer_key = 'old'")
+    assert q.release_claims([lost], end - ms(5000), end + ms(5000), floor=floor) == 1
+    assert q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL") == 0
+
+
 @pytest.mark.parametrize("window", [(None, NOW), (NOW, None), (NOW + ms(1), NOW),
                                     (NOW, NOW + ms(10 * 60 * 1000 + 1))])
 def test_the_release_window_is_checked(q, window):

@@ -74,24 +74,24 @@ TEST(Calls, AnEmptyProbeAnswerReadsAsItsDefaults) {
     EXPECT_EQ(a.due, 0);
     EXPECT_FALSE(a.now_ms);
     EXPECT_FALSE(a.floor_ms);
-    EXPECT_TRUE(a.tenants.empty());
+    EXPECT_FALSE(a.turn_timeouts);
     EXPECT_TRUE(a.fire_enabled);  // absent: enabled
     EXPECT_FALSE(a.maintenance);
     const ProbeAnswer n = read_probe_answer(R"({"nextInMs": null, "nowMs": "1", "floorMs": 2.5, "due": "9",
-                                                "tenants": "t", "fireEnabled": 0})");
+                                                "turnTimeouts": "4", "fireEnabled": 0})");
     ASSERT_TRUE(n.readable);
     EXPECT_FALSE(n.next_in_ms);
     EXPECT_FALSE(n.now_ms);
     EXPECT_FALSE(n.floor_ms);
     EXPECT_EQ(n.due, 0);
-    EXPECT_TRUE(n.tenants.empty());
+    EXPECT_FALSE(n.turn_timeouts);
     EXPECT_TRUE(n.fire_enabled);
 }
 
 TEST(Calls, AFullProbeAnswer) {
     const ProbeAnswer a = read_probe_answer(R"({"nextInMs": -40, "beyond": false, "due": 1200, "dueCapped": true,
         "held": 3, "lateMs": 950, "nowMs": 1733450000123, "floorMs": 1733449995000,
-        "tenants": ["00000000-0000-0000-0000-000000000001", 7, "00000000-0000-0000-0000-000000000002"],
+        "turnTimeouts": 12,
         "fireEnabled": false, "maintenance": true})");
     ASSERT_TRUE(a.readable);
     EXPECT_EQ(a.next_in_ms, -40);
@@ -101,8 +101,8 @@ TEST(Calls, AFullProbeAnswer) {
     EXPECT_EQ(a.late_ms, 950);
     EXPECT_EQ(a.now_ms, 1733450000123);
     EXPECT_EQ(a.floor_ms, 1733449995000);
-    EXPECT_EQ(a.tenants, (std::vector<std::string>{"00000000-0000-0000-0000-000000000001",
-                                                   "00000000-0000-0000-0000-000000000002"}));  // strings only
+    EXPECT_EQ(a.turn_timeouts, 12);
+    EXPECT_EQ(read_probe_answer(R"({"turnTimeouts": -3})").turn_timeouts, 0);  // never below zero
     EXPECT_FALSE(a.fire_enabled);
     EXPECT_TRUE(a.maintenance);
 }
@@ -200,11 +200,13 @@ TEST(Calls, TheHandBacks) {
     EXPECT_EQ(q.sql, sql::kRelease);
     ASSERT_EQ(q.params.size(), 4u);
     EXPECT_EQ(param(q, 2), "{\"k1\"}");
-    const Query c = release_claims_query(ReleaseClaimsArgs{{"id"}, 10, 20});
+    const Query c = release_claims_query(ReleaseClaimsArgs{{"id"}, 10, 20, std::nullopt});
     EXPECT_EQ(c.sql, sql::kReleaseClaims);
-    ASSERT_EQ(c.params.size(), 3u);
+    ASSERT_EQ(c.params.size(), 4u);
     EXPECT_EQ(param(c, 1), "10");
     EXPECT_EQ(param(c, 2), "20");
+    EXPECT_TRUE(c.params[3].is_null);  // no floor: from the index head
+    EXPECT_EQ(param(release_claims_query(ReleaseClaimsArgs{{"id"}, 10, 20, 5}), 3), "5");
     EXPECT_EQ(read_released(one("7")), 7);
     EXPECT_EQ(read_released(one("0")), 0);
     EXPECT_FALSE(read_released(one("")));
@@ -270,7 +272,6 @@ TEST(Calls, TheClaimSendsItsArgumentsInTheTextsOrderWithABinaryAnswer) {
     a.skip_tenants = {"t"};
     a.skip_queues = {"q"};
     a.skip_partitions = {"p"};
-    a.tenants = {"u"};
     const Query q = claim_query(a);
     EXPECT_EQ(q.sql, sql::kClaim);
     EXPECT_TRUE(q.binary_result);
@@ -285,7 +286,9 @@ TEST(Calls, TheClaimSendsItsArgumentsInTheTextsOrderWithABinaryAnswer) {
     EXPECT_EQ(param(q, 7), "{\"q\"}");
     EXPECT_EQ(param(q, 8), "{\"p\"}");
     EXPECT_TRUE(q.params[9].is_null);  // no floor: the index head
-    EXPECT_EQ(param(q, 10), "{\"u\"}");
+    EXPECT_TRUE(q.params[10].is_null);  // no backlog: the claim names no tenant
+    a.backlog = true;
+    EXPECT_EQ(param(claim_query(a), 10), "{}");  // a backlog: tenants from the ring
     a.floor_ms = 5;
     EXPECT_EQ(param(claim_query(a), 9), "5");
 }

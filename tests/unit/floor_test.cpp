@@ -56,21 +56,20 @@ TEST(Floor, TheProbeLooksToTheSleepCeilingUntilItMustLookFurther) {
     EXPECT_EQ(probe_horizon_ms(1, 0, 1000, 0), std::nullopt);
 }
 
-TEST(Floor, TenantsAreNamedWhileABacklogLastsAndTheirRowsKeepComing) {
-    // no backlog: none named
-    EXPECT_TRUE(tenants_after_probe({"a"}, false, {"b"}).empty());
-    // a backlog: those still named first, then the found, no duplicates, no empties
-    EXPECT_EQ(tenants_after_probe({"a", "b"}, true, {"c", "a", "", "d"}),
-              (std::vector<std::string>{"a", "b", "c", "d"}));
-    // at most the cap
-    std::vector<std::string> many;
-    for (int i = 0; i < 100; ++i) many.push_back("t" + std::to_string(i));
-    EXPECT_EQ(tenants_after_probe({}, true, many).size(), kMaxTenantsNamed);
-    EXPECT_EQ(tenants_after_probe({}, true, many, 0).size(), 0u);
-    // a claim keeps those it got rows of
-    EXPECT_EQ(tenants_after_claim({"a", "b", "c"}, {"c", "a", "z"}), (std::vector<std::string>{"a", "c"}));
-    EXPECT_TRUE(tenants_after_claim({"a"}, {}).empty());
-    EXPECT_TRUE(tenants_after_claim({}, {"a"}).empty());
+TEST(Floor, ABacklogIsWhatTheProbeCappedOrAFullClaimSays) {
+    EXPECT_TRUE(backlog_after_probe(true));
+    EXPECT_FALSE(backlog_after_probe(false));
+    // a full claim starts or keeps one; a short one ends it
+    EXPECT_TRUE(backlog_after_claim(false, 200, 200));
+    EXPECT_TRUE(backlog_after_claim(true, 200, 200));
+    EXPECT_FALSE(backlog_after_claim(true, 199, 200));
+    EXPECT_FALSE(backlog_after_claim(true, 0, 200));
+    // more than asked (never expected) is full
+    EXPECT_TRUE(backlog_after_claim(false, 500, 200));
+    // a claim that asked for nothing changes nothing
+    EXPECT_TRUE(backlog_after_claim(true, 0, 0));
+    EXPECT_FALSE(backlog_after_claim(false, 0, 0));
+    EXPECT_TRUE(backlog_after_claim(true, 0, -1));
 }
 
 TEST(Floor, HeldRowsAreTriedByKeyAtMostOncePerCeiling) {

@@ -215,6 +215,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"fire_bytes_total", "queen_sweeper_fire_bytes_total"},
         {"fire_busy_total", "queen_sweeper_fire_busy_total"},
         {"fire_provision_busy_total", "queen_sweeper_fire_provision_busy_total"},
+        {"claim_turn_timeouts_fleet_total", "queen_sweeper_claim_turn_timeouts_fleet_total"},
         {"fire_failures.transient", "queen_sweeper_fire_failures_total{class=\"transient\"}"},
         {"fire_failures.config", "queen_sweeper_fire_failures_total{class=\"config\"}"},
         {"fire_failures.permanent", "queen_sweeper_fire_failures_total{class=\"permanent\"}"},
