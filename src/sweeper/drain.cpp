@@ -98,12 +98,11 @@ std::vector<size_t> rows_of(const FireBatch &batch) {
 Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_budget) {
     if (batch_ < ctx_.cfg.sweeper_claim_batch) set_batch(ctx_.cfg.sweeper_claim_batch);
     if (kept_due()) {
-        co_await retry_kept();
-        if (fire_refused_) {
-            fire_refused_ = false;
+        const std::optional<PgResult> refused = co_await retry_kept();
+        if (refused) {
             Result failed;
             failed.failed = true;
-            ctx_.cycle_failed("fire", fire_refused_error_);
+            ctx_.cycle_failed("fire", *refused);
             co_return failed;
         }
     }
@@ -416,27 +415,28 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
     injected(g_test_fault_pack, "packing a claim");
     PackResult packed = pack_timers(rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
     co_await settle_unframed(c, packed);
+    std::optional<PgResult> refused;
     for (auto &batch : packed.batches) {
         // A requested stop finishes the transaction in flight and fires nothing more: the
         // rest of the claim stays held and is handed back with everything else at once.
         if (ctx_.stopping.load()) co_return false;
         CallPlan plan;
         plan.fire_by = c.fire_by;
-        if (co_await fire_batch(rows, batch, plan) == FireEnd::ends_drain) break;
+        FireEnd end = co_await fire_batch(rows, batch, plan);
+        if (end.refused) refused = std::move(end.refused);
+        if (end.ends_drain) break;
     }
-    if (!fire_refused_) co_return true;
+    if (!refused) co_return true;
     // A fire refused for a reason no timer owns: the rest of this claim goes back too.
-    fire_refused_ = false;
+    const PgResult &why = *refused;
     co_await hand_back_claim(rows, "a refused fire");
-    ctx_.log.limited(QUEEN_SWEEPER_LOG_ERROR,
-                     log_cause("fire-refused", fire_refused_error_.sqlstate, fire_refused_error_.message),
-                     "fire refused (" + std::string(is_internal(fire_refused_error_) ? "internal" : "configuration") +
-                         (fire_refused_error_.sqlstate.empty() ? "" : ", SQLSTATE " + fire_refused_error_.sqlstate) +
-                         "): " + fire_refused_error_.message +
+    ctx_.log.limited(QUEEN_SWEEPER_LOG_ERROR, log_cause("fire-refused", why.sqlstate, why.message),
+                     "fire refused (" + std::string(is_internal(why) ? "internal" : "configuration") +
+                         (why.sqlstate.empty() ? "" : ", SQLSTATE " + why.sqlstate) + "): " + why.message +
                          "; no timer spends an attempt on it, the claims were handed back, the fire backs off",
                      static_cast<int64_t>(ctx_.now()));
     p.acc.failed = true;
-    ctx_.cycle_failed("fire", fire_refused_error_);
+    ctx_.cycle_failed("fire", why);
     co_return false;
 }
 
@@ -471,103 +471,47 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
         co_await hand_back(rows, all, static_cast<int64_t>(all.size()), "its claim's deadline");
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         ctx_.stats.f.late_handed_back_total += static_cast<int64_t>(all.size());
-        co_return FireEnd::done;
+        co_return FireEnd{};
     }
     // The arrays are written straight from the rows (one literal each, no copy per row).
     TextArrayLiteral seg_tenants, seg_queues, seg_parts, keys, tokens, tids;
-    std::vector<int64_t> counts, seg_of;
+    FireArgs args;
     bool every_tid = true;
-    std::vector<std::string_view> hashes, blobs;
     for (size_t s = 0; s < batch.segments.size(); ++s) {
         const PackedSegment &seg = batch.segments[s];
         seg_tenants.add(seg.tenant);
         seg_queues.add(seg.queue);
         seg_parts.add(seg.partition);
-        counts.push_back(seg.count);
-        hashes.emplace_back(seg.hashes);
-        blobs.emplace_back(seg.blob);
+        args.counts.push_back(seg.count);
+        args.hashes.emplace_back(seg.hashes);
+        args.blobs.emplace_back(seg.blob);
         for (size_t idx : seg.rows) {
             const ClaimedTimer &t = rows[idx];
             keys.add(t.timer_key);
             tokens.add(t.claim_token);
             every_tid = every_tid && !t.row_tid.empty();
             if (every_tid) tids.add(t.row_tid);
-            seg_of.push_back(static_cast<int64_t>(s + 1));
+            args.key_segments.push_back(static_cast<int64_t>(s + 1));
         }
     }
-    Query q;
-    q.sql = sql::kFire;
-    q.params = {text_param(std::move(seg_tenants).finish()), text_param(std::move(seg_queues).finish()),
-                text_param(std::move(seg_parts).finish()), text_param(pg_int_array(counts)),
-                binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid),
-                binary_param(pg_bytea_array_binary(blobs), kByteaArrayOid), text_param(std::move(keys).finish()),
-                text_param(pg_int_array(seg_of)), text_param(std::move(tokens).finish()),
-                text_param(plan.wait ? "true" : "false"),
-                every_tid ? text_param(std::move(tids).finish()) : null_param()};
+    args.seg_tenants = std::move(seg_tenants).finish();
+    args.seg_queues = std::move(seg_queues).finish();
+    args.seg_partitions = std::move(seg_parts).finish();
+    args.keys = std::move(keys).finish();
+    args.tokens = std::move(tokens).finish();
+    args.wait = plan.wait;
+    if (every_tid) args.tids = std::move(tids).finish();
+    Query q = fire_query(std::move(args));
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-    if (r.ok && r.rows() == 1) {
-        co_await on_fire_answer(rows, batch, r, plan);
-        co_return FireEnd::done;
-    }
+    if (r.ok && r.rows() == 1) co_return co_await on_fire_answer(rows, batch, r, plan);
     if (r.ok) {
         r.ok = false;
         r.origin = Origin::internal;
         r.message = "the fire returned no row";
     }
     co_return co_await on_fire_failure(rows, batch, std::move(r), plan);
-}
-
-// A fire answered: fired segments are gone from the table and announced, stale ones
-// (rows another broker took) are forgotten and what we still hold of them handed back,
-// busy ones (a partition someone holds) are kept to be tried again later.
-// What one fire's answer says, segment by segment: the counts for the stats, the segments
-// that came back busy (kept), the stale rows to hand back, the fired ones to announce.
-struct Drain::FireTally {
-    int64_t fired = 0, stale = 0, dup = 0, released = 0, lag_max = 0, stale_unheld = 0, fired_segs = 0;
-    int64_t provision_busy = 0;  // busy segments whose queue or partition someone else held ("provisionBusy")
-    std::vector<int64_t> lags;
-    std::vector<std::pair<size_t, int64_t>> fired_notes;  // (segment, base offset)
-    FireBatch busy;
-    std::vector<size_t> stale_rows;
-};
-
-Drain::FireTally Drain::tally_fire_answer(std::vector<ClaimedTimer> &rows, const FireBatch &batch,
-                                          const nlohmann::json &segs) {
-    FireTally t;
-    const int64_t now_mono = static_cast<int64_t>(ctx_.now());
-    for (size_t s = 0; s < batch.segments.size(); ++s) {
-        const PackedSegment &seg = batch.segments[s];
-        const std::string status = s < segs.size() ? segs[s].value("status", "") : "";
-        if (status == "busy" || status.empty()) {  // still claimed and held: kept, not forgotten
-            t.busy.segments.push_back(seg);
-            t.busy.bytes += seg.bytes;
-            continue;
-        }
-        const auto &sj = segs[s];
-        if (status == "fired") {
-            t.fired += seg.count;
-            ++t.fired_segs;
-            for (size_t idx : seg.rows) {
-                const int64_t lag = std::max<int64_t>(rows[idx].late_ms + now_mono, 0);
-                t.lags.push_back(lag);
-                t.lag_max = std::max(t.lag_max, lag);
-            }
-            t.fired_notes.emplace_back(s, sj.value("baseOffset", int64_t(-1)));
-        } else if (status == "stale") {
-            ++t.stale;
-            const int64_t held = sj.value("held", int64_t(0));
-            t.released += held;
-            t.stale_unheld += static_cast<int64_t>(seg.count) - held;
-            t.stale_rows.insert(t.stale_rows.end(), seg.rows.begin(), seg.rows.end());
-        } else if (status == "duplicate") {
-            t.dup += sj.value("duplicates", int64_t(0));
-            t.released += sj.value("released", int64_t(0));
-        }
-        for (size_t idx : seg.rows) held_.forget(rows[idx]);
-    }
-    return t;
 }
 
 // The figures of one fire, then its announcements: after the commit, never before (a host
@@ -597,31 +541,32 @@ void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch 
     ctx_.publish_pool();  // a long drain still shows its pool figures as it goes
 }
 
-Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
-                                 const CallPlan &plan) {
-    nlohmann::json j;
+// A fire answered: fired segments are gone from the table and announced, stale ones
+// (rows another broker took) are forgotten and what we still hold of them handed back,
+// busy ones (a partition someone holds) are kept to be tried again later (tally_fire).
+Task<Drain::FireEnd> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
+                                            const CallPlan &plan) {
+    FireAnswer answer;
     try {
         injected(g_test_fault_fire_answer, "reading a fire's answer");
-        j = nlohmann::json::parse(r.get(0, 0));
-        if (!j.contains("segments") || !j["segments"].is_array()) throw std::runtime_error("no segments array");
-    } catch (const std::exception &e) {
+        answer = parse_fire_answer(r.get(0, 0));
+    } catch (const std::exception &e) {  // the test seam, or no memory for the answer
+        answer = FireAnswer{};
+        answer.unreadable = e.what();
+    }
+    if (!answer.readable) {
         // The fire committed and what it did is unknown: resolved from the log like a fire
         // whose answer was lost (announced if its segments are there, handed back if not).
         PgResult bad;
         bad.origin = Origin::internal;
-        bad.message = std::string("fire answer unreadable: ") + e.what() +
+        bad.message = "fire answer unreadable: " + answer.unreadable +
                       "; resolved from the log on the next cycle, as a fire whose answer was lost";
         ctx_.log.error(bad.message);
         recovery_.park_fire(rows, batch, true);
-        fire_refused_ = true;
-        fire_refused_error_ = bad;
-        co_return;
+        co_return FireEnd{false, std::move(bad)};
     }
-    FireTally t = tally_fire_answer(rows, batch, j["segments"]);
-    // Segments busy because another transaction held their queue or partition name (a queue
-    // being created, removed or renamed; schema 18): kept like any busy segment, and counted.
-    if (j.contains("provisionBusy") && j["provisionBusy"].is_number_integer())
-        t.provision_busy = std::max<int64_t>(j["provisionBusy"].get<int64_t>(), 0);
+    FireTally t = tally_fire(answer, batch, rows, static_cast<int64_t>(ctx_.now()));
+    for (size_t idx : t.done_rows) held_.forget(rows[idx]);
     publish_fire(rows, batch, t);
     // A row the fire could not lock is not necessarily lost to us: another broker's claim
     // may have held it for an instant (SKIP LOCKED) while our token is still on it. A
@@ -630,7 +575,7 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
     // them back now, token-matched, instead of leaving them to the lease.
     if (t.stale_unheld > 0 && !ctx_.hard_stop.load())
         co_await hand_back(rows, t.stale_rows, t.stale_unheld, "stale rows");
-    if (t.busy.segments.empty()) co_return;
+    if (t.busy.segments.empty()) co_return FireEnd{};
     if (plan.tries == 0 && !ctx_.stopping.load()) {
         // Try 0: at once, waiting a little for the partition (busy_retry(0)).
         const BusyRetry br = busy_retry(0);
@@ -638,10 +583,12 @@ Task<void> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &bat
         again.wait = br.wait;
         again.lock_wait_ms = br.lock_wait_ms;
         again.tries = 1;
-        co_await fire_batch(rows, t.busy, again);
-        co_return;
+        FireEnd end = co_await fire_batch(rows, t.busy, again);
+        end.ends_drain = false;  // this claim's other batches are still fired; a refusal is passed on
+        co_return end;
     }
     keep(rows, std::move(t.busy), plan, std::max<int64_t>(plan.tries, 1));
+    co_return FireEnd{};
 }
 
 Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
@@ -655,7 +602,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
         else if (cls == ErrorClass::config) ++f.fire_failures_config;
         else ++f.fire_failures_permanent;
     }
-    if (ctx_.hard_stop.load()) co_return FireEnd::ends_drain;
+    if (ctx_.hard_stop.load()) co_return FireEnd{true, std::nullopt};
     const std::vector<size_t> all = rows_of(batch);
     FailedFireInput in;
     in.answer_lost = is_answer_lost(r);
@@ -684,21 +631,21 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
         // claims stay ours meanwhile, no attempt spent.
         recovery_.note_lost("fire", r);
         recovery_.park_fire(rows, batch, !is_read_only(r) && !is_never_sent(r));
-        co_return FireEnd::done;
+        co_return FireEnd{};
     case FailedFire::busy:
         keep(rows, std::move(batch), plan, std::max<int64_t>(plan.tries, 1));
-        co_return FireEnd::done;
+        co_return FireEnd{};
     case FailedFire::hand_back:
         // A privilege or schema mistake (class 42) or our own error is never one timer's
         // fault: replaying them one by one would spend every timer's attempts and
         // dead-letter them all. Back, token-matched, and the drain ends with a backoff.
         co_await hand_back(rows, all, static_cast<int64_t>(all.size()), "a refused fire");
-        fire_refused_ = true;
-        fire_refused_error_ = std::move(r);
-        co_return FireEnd::ends_drain;
-    case FailedFire::isolate:
-        co_await isolate(rows, batch, plan);
-        co_return FireEnd::done;
+        co_return FireEnd{true, std::move(r)};
+    case FailedFire::isolate: {
+        FireEnd end = co_await isolate(rows, batch, plan);
+        end.ends_drain = false;  // the claim's other batches are still fired; a refusal is passed on
+        co_return end;
+    }
     case FailedFire::fail:
         break;
     }
@@ -707,23 +654,31 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
         ctx_.stats.f.poisoned_total += static_cast<int64_t>(all.size());
     }
     co_await fail_rows(rows, all, r.message, error_class_name(cls));
-    co_return FireEnd::done;
+    co_return FireEnd{};
 }
 
 // Replays a permanently failed batch one timer per call: the poisoned one fails alone and
 // the others are delivered, instead of the whole batch waiting on it. Each call keeps the
 // claim's deadline; what is past it goes back.
-Task<void> Drain::isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan) {
+Task<Drain::FireEnd> Drain::isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan) {
     CallPlan one_plan = plan;
     one_plan.isolating = true;
     one_plan.wait = false;
+    FireEnd out;
     for (size_t idx : rows_of(batch)) {
-        if (ctx_.stopping.load()) co_return;  // the rest is handed back at stop
+        if (ctx_.stopping.load()) co_return out;  // the rest is handed back at stop
         std::vector<ClaimedTimer> one{rows[idx]};
         PackResult p = pack_timers(one, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
-        for (auto &b : p.batches)
-            if (co_await fire_batch(one, b, one_plan) == FireEnd::ends_drain) co_return;
+        for (auto &b : p.batches) {
+            FireEnd end = co_await fire_batch(one, b, one_plan);
+            if (end.refused) out.refused = std::move(end.refused);
+            if (end.ends_drain) {
+                out.ends_drain = true;
+                co_return out;
+            }
+        }
     }
+    co_return out;
 }
 
 // ---- Failing, handing back, keeping ------------------------------------------------------
@@ -732,25 +687,20 @@ Task<void> Drain::isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, con
 Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which,
                             const std::string &error, const std::string &cls) {
     if (which.empty()) co_return;
-    std::vector<std::string> tenants, queues, keys, tokens;
+    FailArgs args;
     for (size_t idx : which) {
-        tenants.push_back(rows[idx].tenant);
-        queues.push_back(rows[idx].queue);
-        keys.push_back(rows[idx].timer_key);
-        tokens.push_back(rows[idx].claim_token);
+        args.tenants.push_back(rows[idx].tenant);
+        args.queues.push_back(rows[idx].queue);
+        args.keys.push_back(rows[idx].timer_key);
+        args.tokens.push_back(rows[idx].claim_token);
     }
-    Query q;
-    q.sql = sql::kFail;
-    q.params = {text_param(pg_text_array(tenants)),
-                text_param(pg_text_array(queues)),
-                text_param(pg_text_array(keys)),
-                text_param(pg_text_array(tokens)),
-                text_param(error.substr(0, 2000)),
-                text_param(cls),
-                text_param(std::to_string(ctx_.cfg.sweeper_backoff_min_ms)),
-                text_param(std::to_string(ctx_.cfg.sweeper_backoff_max_ms)),
-                text_param(std::to_string(ctx_.cfg.sweeper_transient_backoff_ms)),
-                text_param(std::to_string(ctx_.cfg.sweeper_max_attempts))};
+    args.error = error.substr(0, 2000);
+    args.error_class = cls;
+    args.backoff_min_ms = ctx_.cfg.sweeper_backoff_min_ms;
+    args.backoff_max_ms = ctx_.cfg.sweeper_backoff_max_ms;
+    args.transient_backoff_ms = ctx_.cfg.sweeper_transient_backoff_ms;
+    args.max_attempts = ctx_.cfg.sweeper_max_attempts;
+    Query q = fail_query(args);
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (is_answer_lost(r) && !ctx_.hard_stop.load()) {
@@ -759,21 +709,20 @@ Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<s
         co_return;
     }
     for (size_t idx : which) held_.forget(rows[idx]);
-    nlohmann::json j = r.ok && r.rows() == 1 ? nlohmann::json::parse(r.get(0, 0), nullptr, false) : nlohmann::json();
-    if (!r.ok || !j.is_object()) {
+    const FailAnswer a = read_fail_answer(r);
+    if (!a.readable) {
         // The claims lapse with their lease: the lease is the net under a failed failure.
         if (r.ok) r.message = "the fail call answered unreadably";
         ctx_.note_error("fail", r);
         co_return;
     }
-    const int64_t moved = j.value("moved", int64_t(0));
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.released_total += j.value("released", int64_t(0));
-        ctx_.stats.f.dlq_total += moved;
+        ctx_.stats.f.released_total += a.released;
+        ctx_.stats.f.dlq_total += a.moved;
     }
-    if (moved > 0)
-        ctx_.log.warn(std::to_string(moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
+    if (a.moved > 0)
+        ctx_.log.warn(std::to_string(a.moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
 }
 
 // Hands rows back, token-matched, and forgets them. The lock that made a fire skip a row
@@ -829,7 +778,7 @@ void Drain::keep(const std::vector<ClaimedTimer> &rows, FireBatch busy, const Ca
 
 // Tries again the kept segments whose time has come, each with its claim's deadline (past
 // it, they go back). A partition still held keeps them, with the next retry's plan.
-Task<void> Drain::retry_kept() {
+Task<std::optional<PgResult>> Drain::retry_kept() {
     std::vector<Kept> due;
     const uint64_t now = ctx_.now();
     for (auto it = kept_.begin(); it != kept_.end();) {
@@ -840,9 +789,10 @@ Task<void> Drain::retry_kept() {
             ++it;
         }
     }
+    std::optional<PgResult> refused;
     for (size_t i = 0; i < due.size(); ++i) {
         Kept &k = due[i];
-        if (ctx_.stopping.load() || fire_refused_) {
+        if (ctx_.stopping.load() || refused) {
             kept_.push_back(std::move(k));  // still held: tried later, or handed back at stop
             continue;
         }
@@ -856,11 +806,15 @@ Task<void> Drain::retry_kept() {
             std::lock_guard<std::mutex> g(ctx_.stats.mu);
             ++ctx_.stats.f.busy_retries_total;
         }
-        co_await fire_batch(k.rows, k.batch, plan);  // a refusal is read by run()
+        FireEnd end = co_await fire_batch(k.rows, k.batch, plan);  // a refusal is read by run()
+        if (end.refused) refused = std::move(end.refused);
     }
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.busy_kept_segments = 0;
-    for (const Kept &x : kept_) ctx_.stats.f.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
+    {
+        std::lock_guard<std::mutex> g(ctx_.stats.mu);
+        ctx_.stats.f.busy_kept_segments = 0;
+        for (const Kept &x : kept_) ctx_.stats.f.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
+    }
+    co_return refused;
 }
 
 bool Drain::kept_due() const { return ms_until_kept_due() == 0; }

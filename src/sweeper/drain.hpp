@@ -19,6 +19,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,12 @@
 
 #include "base/task.hpp"
 #include "codec/packer.hpp"
+#include "pg/calls.hpp"
 #include "pg/pg_conn.hpp"
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain_policy.hpp"
+#include "sweeper/fire_tally.hpp"
 #include "sweeper/floor.hpp"
 #include "sweeper/recovery.hpp"
 
@@ -105,8 +108,13 @@ private:
         uint64_t fire_by = 0;
         int64_t tries = 0;  // earlier tries of these segments' partitions (busy_retry)
     };
-    // How a fire call went, for the claim that made it.
-    enum class FireEnd { done, ends_drain };
+    // How a fire call went, for the claim that made it: whether the drain ends here, and a
+    // refusal no timer owns (a class 42 or internal failure, an unreadable answer), after
+    // which the rest of the claim goes back and the drain ends with that error.
+    struct FireEnd {
+        bool ends_drain = false;
+        std::optional<PgResult> refused;
+    };
 
     Task<void> worker(const std::vector<int16_t> &shards, Pass &p);
     int64_t reserve(Pass &p, bool &whole);
@@ -116,21 +124,19 @@ private:
     Task<bool> fire_claim_unguarded(Claim &c, Pass &p);
     Task<void> settle_unframed(Claim &c, const PackResult &packed);
     Task<FireEnd> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
-    Task<void> on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
-                              const CallPlan &plan);
-    struct FireTally;
-    FireTally tally_fire_answer(std::vector<ClaimedTimer> &rows, const FireBatch &batch, const nlohmann::json &segs);
+    Task<FireEnd> on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
+                                 const CallPlan &plan);
     void publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t);
     Task<FireEnd> on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
                                   const CallPlan &plan);
-    Task<void> isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
+    Task<FireEnd> isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
     Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
                          const std::string &cls);
     Task<void> hand_back(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected,
                          const char *why);
     Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why);
     void keep(const std::vector<ClaimedTimer> &rows, FireBatch busy, const CallPlan &plan, int64_t tries);
-    Task<void> retry_kept();
+    Task<std::optional<PgResult>> retry_kept();  // a refusal of one of their fires
     void after_claim(Claim &c, int64_t contended_before);
     bool contended_recently() const { return ctx_.now() < contended_until_; }
     int64_t fire_contention() const;
@@ -156,10 +162,6 @@ private:
     PartitionKeys kept_partitions() const;  // sorted, distinct
     bool holding_back() const;
     int64_t hold_back_window_ms() const;
-    // A class 42 or internal failure of a fire: the rest of the claim goes back and the
-    // drain ends with this error (the cycle backs off).
-    bool fire_refused_ = false;
-    PgResult fire_refused_error_;
 };
 
 // Test seams (integration tests link the core): each counts down and, while above zero,

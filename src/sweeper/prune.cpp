@@ -4,8 +4,7 @@
 #include <algorithm>
 
 #include "pg/classify.hpp"
-#include "pg/statements.hpp"
-#include "pg/sql_args.hpp"
+#include "pg/calls.hpp"
 #include "sweeper/subclocks.hpp"
 
 namespace qsw {
@@ -41,9 +40,7 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
     // most kPruneCallsPerPass calls: as many rows as one call's alarm can count.
     for (int call = 0; call < kPruneCallsPerPass && !ctx_.stopping.load(); ++call) {
         const int64_t batch = std::max<int64_t>(ctx_.cfg.kv_expire_batch, 1);
-        Query q;
-        q.sql = sql::kKvExpireStep;
-        q.params = {text_param(shards_param(shards)), text_param(std::to_string(batch))};
+        Query q = kv_expire_query(KvExpireArgs{shards, batch});
         q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
         PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
         if (!r.ok) {
@@ -57,28 +54,24 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
             }
             co_return false;
         }
-        nlohmann::json j = nlohmann::json::parse(r.get(0, 0), nullptr, false);
-        if (j.is_discarded()) co_return false;
-        const int64_t deleted = j.value("deleted", int64_t(0));
-        const bool done = j.value("done", true);
-        const int64_t unpruned = j.value("unpruned", int64_t(0));
+        const KvExpireAnswer a = read_kv_expire_answer(r.get(0, 0));
+        if (!a.readable) co_return false;
         {
             std::lock_guard<std::mutex> g(ctx_.stats.mu);
             auto &f = ctx_.stats.f;
             ++f.kv_prune_calls_total;
-            f.kv_deleted_total += deleted;
+            f.kv_deleted_total += a.deleted;
             // Computed on every pass, including those that delete nothing: an unpruned
             // table is a failure that looks like health.
-            f.kv_expired_not_pruned = unpruned;
-            f.kv_expired_not_pruned_capped = j.value("unprunedCapped", false);
-            f.kv_expiry_lag_ms = j.value("lagMs", int64_t(0));
+            f.kv_expired_not_pruned = a.unpruned;
+            f.kv_expired_not_pruned_capped = a.unpruned_capped;
+            f.kv_expiry_lag_ms = a.lag_ms;
         }
         // Keys with a ttl still ahead are work to come: a put carries no wake, so the prune
         // keeps its cadence for them rather than letting the idle backoff stretch it to
         // sweeper_idle_max_sleep_ms (schema version 6; an older schema omits the key).
-        const bool ttl_ahead = j.contains("nextExpiryMs") && j["nextExpiryMs"].is_number();
-        kv_work = kv_work || !done || unpruned > 0 || ttl_ahead;
-        if (done || deleted == 0) break;
+        kv_work = kv_work || !a.done || a.unpruned > 0 || a.ttl_ahead;
+        if (a.done || a.deleted == 0) break;
     }
     co_return true;
 }

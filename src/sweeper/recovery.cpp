@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "pg/calls.hpp"
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
@@ -13,8 +14,8 @@ namespace qsw {
 Task<void> Recovery::run() {
     notice_disconnects();
     if (!ctx_.pool.up()) co_return;
-    if (identify_pending_) {
-        // Into a variable, not `identify_pending_ && !co_await ...`: see settle() in base/task.hpp.
+    if (identify_due(link_)) {
+        // Into a variable, not `identify_due(link_) && !co_await ...`: see settle() in base/task.hpp.
         const bool identified = co_await identify_server();
         if (!identified) co_return;
     }
@@ -52,20 +53,14 @@ void Recovery::remember_fired(const std::vector<ClaimedTimer> &rows, const Packe
 Task<void> Recovery::check_recent_fires() {
     std::vector<Announced> look = std::move(to_check_);
     to_check_.clear();
-    std::vector<int64_t> seg_i;
-    std::vector<std::string> tenants, queues;
-    std::vector<std::string_view> hashes;
+    InDoubtArgs args;  // the segments only: no key to look for
     for (size_t i = 0; i < look.size(); ++i) {
-        seg_i.push_back(static_cast<int64_t>(i));
-        tenants.push_back(look[i].tenant);
-        queues.push_back(look[i].queue);
-        hashes.emplace_back(look[i].hashes);
+        args.segments.push_back(static_cast<int64_t>(i));
+        args.tenants.push_back(look[i].tenant);
+        args.queues.push_back(look[i].queue);
+        args.hashes.emplace_back(look[i].hashes);
     }
-    Query q;
-    q.sql = sql::kInDoubt;
-    q.params = {text_param(pg_int_array(seg_i)), text_param(pg_text_array(tenants)), text_param(pg_text_array(queues)),
-                binary_param(pg_bytea_array_binary(hashes), kByteaArrayOid), text_param(pg_int_array({})),
-                text_param(pg_text_array({}))};
+    Query q = in_doubt_query(args);
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (!r.ok || r.rows() != static_cast<int>(look.size())) {
@@ -75,14 +70,10 @@ Task<void> Recovery::check_recent_fires() {
     }
     int64_t lost_timers = 0, lost_segments = 0;
     std::vector<RowRef> back;  // a lost fire's claim may have reached the standby: hand it back
-    for (int i = 0; i < r.rows(); ++i) {
-        int64_t at = -1, base = -1;
-        using C = sql::InDoubtCol;
-        if (!parse_i64(r.get(i, static_cast<int>(C::seg)), at) || at < 0 || static_cast<size_t>(at) >= look.size())
-            continue;
-        if (!r.is_null(i, static_cast<int>(C::base_offset))) parse_i64(r.get(i, static_cast<int>(C::base_offset)), base);
-        const Announced &a = look[static_cast<size_t>(at)];
-        if (base != a.base) {
+    for (const InDoubtRow &row : read_in_doubt_rows(r)) {
+        if (!row.readable || row.seg < 0 || static_cast<size_t>(row.seg) >= look.size()) continue;
+        const Announced &a = look[static_cast<size_t>(row.seg)];
+        if (row.base != a.base) {
             lost_timers += a.count;
             ++lost_segments;
             for (const auto &[key, token] : a.rows) back.push_back(RowRef{a.tenant, a.queue, key, token});
@@ -120,19 +111,25 @@ void Recovery::notice_disconnects() {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         known = !ctx_.stats.f.failover.server.empty();
     }
-    if (known && (!awaiting_resume_ || reconnected_since_loss_)) {
+    const LinkStep st = link_step(link_, LinkEvent::disconnect_seen, known);
+    link_ = st.next;
+    if (st.new_loss) {
         PgResult lost;
         lost.message = pf.last_error;
         lost.origin = Origin::transport;
-        note_lost("connection", lost);
+        date_loss("connection", lost, true);
     }
-    identify_pending_ = true;
 }
 
 void Recovery::note_lost(const char *phase, const PgResult &r) {
-    const bool ro = is_read_only(r);
     // One loss, many failed calls: the first one since the server was last found dates it.
-    const bool first = !awaiting_resume_ || reconnected_since_loss_;
+    const LinkStep st = link_step(link_, LinkEvent::call_lost);
+    link_ = st.next;
+    date_loss(phase, r, st.new_loss);
+}
+
+void Recovery::date_loss(const char *phase, const PgResult &r, bool first) {
+    const bool ro = is_read_only(r);
     std::string was;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
@@ -152,9 +149,6 @@ void Recovery::note_lost(const char *phase, const PgResult &r) {
                       " lost during " + phase +
                       (ro ? " (the server is read-only: a standby or a demoted primary)" : "") + ": " + r.message +
                       "; claims held are kept and handed back once connected again, no attempt is spent");
-    awaiting_resume_ = true;
-    reconnected_since_loss_ = false;
-    identify_pending_ = true;
 }
 
 void Recovery::add_parked(ParkedFire pf, int64_t rows) {
@@ -226,8 +220,10 @@ void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mo
 }
 
 void Recovery::note_fired(int64_t timers) {
-    if (!awaiting_resume_ || timers <= 0) return;
-    awaiting_resume_ = false;
+    if (timers <= 0) return;
+    const LinkStep st = link_step(link_, LinkEvent::fired);
+    link_ = st.next;
+    if (!st.resumed) return;
     std::string where, gap;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
@@ -250,21 +246,22 @@ bool is_new_server(const ServerIdentity &before, const ServerIdentity &now) {
 Task<bool> Recovery::identify_server() {
     // Which server answers now. Behind a bouncer this is still the PostgreSQL server, so
     // the stats name the host that failed and the one that took over.
-    Query q;
-    q.sql = sql::kIdentifyServer;
+    Query q = identify_query();
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-    if (!r.ok || r.rows() != 1) {
+    const IdentifyAnswer a = read_identify_answer(r);
+    if (!a.readable) {
         if (is_read_only(r)) {
             std::lock_guard<std::mutex> g(ctx_.stats.mu);
             ++ctx_.stats.f.failover.read_only_total;
         }
         co_return false;
     }
-    const std::string server = r.get(0, static_cast<int>(sql::IdentifyCol::server));
-    const bool in_recovery = r.get(0, static_cast<int>(sql::IdentifyCol::in_recovery)) == "t";
-    const std::string identity = r.get(0, static_cast<int>(sql::IdentifyCol::identity));
-    identify_pending_ = false;
+    const std::string &server = a.server;
+    const bool in_recovery = a.in_recovery;
+    const std::string &identity = a.identity;
+    const LinkStep st = link_step(link_, LinkEvent::identified);
+    link_ = st.next;
     std::string before;
     bool changed = false;
     {
@@ -285,8 +282,7 @@ Task<bool> Recovery::identify_server() {
     }
     const std::string was_identity = identity_;
     identity_ = identity;
-    const bool again = awaiting_resume_ && !reconnected_since_loss_;
-    reconnected_since_loss_ = true;
+    const bool again = st.again;
     if (changed) {
         // A failover: what was announced on the old server in the last seconds is looked
         // for on the new one (check_recent_fires).
@@ -313,20 +309,18 @@ Task<void> Recovery::hand_back_lost_claims() {
     std::erase_if(lost_claims_, [now](const LostClaim &lc) { return now >= lc.forget_at_mono; });
     while (!lost_claims_.empty() && !ctx_.stopping.load()) {
         const LostClaim &lc = lost_claims_.front();
-        Query q;
-        q.sql = sql::kReleaseClaims;
-        q.params = {text_param(pg_text_array({lc.id})), text_param(std::to_string(lc.lease_from_unix_ms)),
-                    text_param(std::to_string(lc.lease_to_unix_ms)),
-                    lc.floor_unix_ms ? text_param(std::to_string(*lc.floor_unix_ms)) : null_param()};
+        Query q = release_claims_query(
+            ReleaseClaimsArgs{{lc.id}, lc.lease_from_unix_ms, lc.lease_to_unix_ms, lc.floor_unix_ms});
         q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
         PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-        int64_t released = 0;
-        if (!r.ok || r.rows() != 1 || !parse_i64(r.get(0, 0), released)) {
+        const std::optional<int64_t> answered = read_released(r);
+        if (!answered) {
             if (r.ok) r.message = "the hand-back of a lost claim answered unreadably";
             ctx_.note_error("hand-back of a lost claim", r);
             break;  // kept: the next cycle tries again
         }
         lost_claims_.erase(lost_claims_.begin());
+        const int64_t released = *answered;
         {
             std::lock_guard<std::mutex> g(ctx_.stats.mu);
             auto &fo = ctx_.stats.f.failover;
@@ -348,46 +342,33 @@ Task<void> Recovery::hand_back_lost_claims() {
 // look again next cycle), and is exactly this segment in the log (the same transaction
 // hashes at the offset the dedup index gives for the first)?
 Task<void> Recovery::resolve_parked() {
-    std::vector<int64_t> seg_i, row_i;
-    std::vector<std::string> seg_tenants, seg_queues, row_keys;
-    std::vector<std::string_view> seg_hashes;
+    InDoubtArgs args;
     for (const ParkedFire &pf : parked_)
         for (const ParkedSegment &ps : pf.segments) {
-            const int64_t i = static_cast<int64_t>(seg_i.size());
-            seg_i.push_back(i);
-            seg_tenants.push_back(ps.tenant);
-            seg_queues.push_back(ps.queue);
-            seg_hashes.emplace_back(ps.hashes);
+            const int64_t i = static_cast<int64_t>(args.segments.size());
+            args.segments.push_back(i);
+            args.tenants.push_back(ps.tenant);
+            args.queues.push_back(ps.queue);
+            args.hashes.emplace_back(ps.hashes);
             for (const auto &kt : ps.rows) {
-                row_i.push_back(i);
-                row_keys.push_back(kt.first);
+                args.key_segments.push_back(i);
+                args.keys.push_back(kt.first);
             }
         }
-    Query q;
     // queen.log_timers_in_doubt_v1 (SECURITY DEFINER) answers for a role that reads no table.
-    q.sql = sql::kInDoubt;
-    q.params = {text_param(pg_int_array(seg_i)), text_param(pg_text_array(seg_tenants)),
-                text_param(pg_text_array(seg_queues)), binary_param(pg_bytea_array_binary(seg_hashes), kByteaArrayOid),
-                text_param(pg_int_array(row_i)), text_param(pg_text_array(row_keys))};
+    Query q = in_doubt_query(args);
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (is_privilege_denied(r)) {
         co_await release_parked_unchecked();
         co_return;
     }
-    std::vector<Seen> seen(seg_i.size());
+    std::vector<InDoubtSeen> seen(args.segments.size());
     bool readable = r.ok && r.rows() == static_cast<int>(seen.size());
-    for (int i = 0; readable && i < r.rows(); ++i) {
-        int64_t at = -1;
-        Seen s;
-        using C = sql::InDoubtCol;
-        readable = parse_i64(r.get(i, static_cast<int>(C::seg)), at) && at >= 0 &&
-                   static_cast<size_t>(at) < seen.size() &&
-                   parse_i64(r.get(i, static_cast<int>(C::present)), s.present) &&
-                   parse_i64(r.get(i, static_cast<int>(C::unlocked)), s.unlocked) &&
-                   (r.is_null(i, static_cast<int>(C::base_offset)) ||
-                    parse_i64(r.get(i, static_cast<int>(C::base_offset)), s.base));
-        if (readable) seen[static_cast<size_t>(at)] = s;
+    for (const InDoubtRow &row : readable ? read_in_doubt_rows(r) : std::vector<InDoubtRow>{}) {
+        readable = readable && row.readable && row.seg >= 0 && static_cast<size_t>(row.seg) < seen.size();
+        if (!readable) break;
+        seen[static_cast<size_t>(row.seg)] = InDoubtSeen{row.present, row.unlocked, row.base};
     }
     if (!readable) {
         if (r.ok) r.message = "the in-doubt check answered " + std::to_string(r.rows()) + " unreadable rows";
@@ -405,60 +386,43 @@ Task<void> Recovery::resolve_parked() {
     if (released) drop_decided(settled.decided, *released);
 }
 
-// Announces what committed (once), and says what goes back. A parked fire is decided when
-// none of its timers is locked by anyone.
-Recovery::Settled Recovery::settle_checked(const std::vector<Seen> &seen) {
+// Announces what committed (once), and says what goes back (plan_in_doubt decides).
+Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen) {
+    const InDoubtPlan plan = plan_in_doubt(parked_, seen);
     Settled out;
-    int64_t fired_rows = 0, fired_segs = 0, fired_calls = 0, not_fired_calls = 0;
-    size_t flat = 0;
-    for (size_t f = 0; f < parked_.size(); ++f) {
-        ParkedFire &pf = parked_[f];
-        const size_t first = flat;
-        flat += pf.segments.size();
-        if (std::any_of(seen.begin() + static_cast<std::ptrdiff_t>(first),
-                        seen.begin() + static_cast<std::ptrdiff_t>(flat),
-                        [](const Seen &s) { return s.unlocked < s.present; }))
-            continue;  // undecided: look again next cycle
-        out.decided.push_back(f);
-        bool any_fired = false;
+    for (const InDoubtFirePlan &fp : plan.decided) {
+        ParkedFire &pf = parked_[fp.fire];
+        out.decided.push_back(fp.fire);
+        // Committed, answer lost: the host hears of it now, once, and never again.
+        for (const auto &[s, base] : fp.announce) {
+            const ParkedSegment &ps = pf.segments[s];
+            for (const auto &kt : ps.rows) held_.forget(ps.tenant, ps.queue, kt.first);
+            ctx_.announce(ps.tenant, ps.queue, ps.partition, static_cast<uint32_t>(ps.count), base);
+        }
+        for (size_t s : fp.release) {
+            const ParkedSegment &ps = pf.segments[s];
+            for (const auto &kt : ps.rows) out.release.push_back(RowRef{ps.tenant, ps.queue, kt.first, kt.second});
+        }
         std::vector<ParkedSegment> left;
-        for (size_t s = first; s < flat; ++s) {
-            ParkedSegment &ps = pf.segments[s - first];
-            const bool committed = seen[s].present == 0 && seen[s].base >= 0 && !ps.hashes.empty();
-            if (committed) {
-                // Committed, answer lost: the host hears of it now, once, and never again.
-                any_fired = true;
-                fired_rows += ps.count;
-                ++fired_segs;
-                for (const auto &kt : ps.rows) held_.forget(ps.tenant, ps.queue, kt.first);
-                ctx_.announce(ps.tenant, ps.queue, ps.partition, static_cast<uint32_t>(ps.count), seen[s].base);
-                continue;
-            }
-            if (seen[s].present > 0)
-                for (const auto &kt : ps.rows) out.release.push_back(RowRef{ps.tenant, ps.queue, kt.first, kt.second});
-            left.push_back(std::move(ps));
-        }
+        for (size_t s : fp.left) left.push_back(std::move(pf.segments[s]));
         pf.segments = std::move(left);
-        if (pf.in_doubt && !pf.counted) {
-            pf.counted = true;
-            ++(any_fired ? fired_calls : not_fired_calls);
-        }
+        if (fp.count != InDoubtFirePlan::Count::none) pf.counted = true;
     }
+    const int64_t calls = plan.fired_calls + plan.not_fired_calls;
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         auto &x = ctx_.stats.f;
-        x.fired_total += fired_rows;
-        x.fired_segments_total += fired_segs;
-        x.failover.in_doubt_fired_total += fired_calls;
-        x.failover.in_doubt_not_fired_total += not_fired_calls;
-        x.failover.in_doubt_pending -= fired_calls + not_fired_calls;
-        x.failover.in_doubt_timers_announced_total += fired_rows;
+        x.fired_total += plan.fired_rows;
+        x.fired_segments_total += plan.fired_segments;
+        x.failover.in_doubt_fired_total += plan.fired_calls;
+        x.failover.in_doubt_not_fired_total += plan.not_fired_calls;
+        x.failover.in_doubt_pending -= calls;
+        x.failover.in_doubt_timers_announced_total += plan.fired_rows;
     }
-    if (fired_calls + not_fired_calls > 0)
-        ctx_.log.info("resolved " + std::to_string(fired_calls + not_fired_calls) +
-                      " fire(s) whose answer was lost: " + std::to_string(fired_calls) + " committed (" +
-                      std::to_string(fired_rows) + " timer(s) announced now), " + std::to_string(not_fired_calls) +
-                      " not committed");
+    if (calls > 0)
+        ctx_.log.info("resolved " + std::to_string(calls) + " fire(s) whose answer was lost: " +
+                      std::to_string(plan.fired_calls) + " committed (" + std::to_string(plan.fired_rows) +
+                      " timer(s) announced now), " + std::to_string(plan.not_fired_calls) + " not committed");
     return out;
 }
 

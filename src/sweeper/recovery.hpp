@@ -23,6 +23,7 @@
 #include "sweeper/claims.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/handback.hpp"
+#include "sweeper/recovery_policy.hpp"
 
 namespace qsw {
 
@@ -75,21 +76,6 @@ public:
 private:
     uint64_t server_changes_ = 0;
     std::string identity_;  // the identity part of the server last identified
-    struct ParkedSegment {
-        std::string tenant, queue, partition;
-        int64_t count = 0;
-        std::string hashes;  // empty: rows of a failed fail call, nothing to look for in the log
-        std::vector<std::pair<std::string, std::string>> rows;  // (timer key, claim token), frame order
-    };
-    struct ParkedFire {
-        bool in_doubt = false;  // sent, answer lost: it may have committed
-        bool counted = false;   // its resolution is in the stats already
-        std::vector<ParkedSegment> segments;
-    };
-    // What the in-doubt check says of one parked segment.
-    struct Seen {
-        int64_t present = 0, unlocked = 0, base = -1;
-    };
     // An announced segment: what the check of recent fires looks for in the new primary.
     struct Announced {
         std::string tenant, queue, partition, hashes;
@@ -114,11 +100,12 @@ private:
 
     Task<bool> identify_server();
     void notice_disconnects();
+    void date_loss(const char *phase, const PgResult &r, bool first);
     Task<void> hand_back_lost_claims();
     Task<void> resolve_parked();
     Task<void> release_parked_unchecked();  // a role that may not read the tables
     Task<void> check_recent_fires();        // after a server change: announced fires it lacks
-    Settled settle_checked(const std::vector<Seen> &seen);
+    Settled settle_checked(const std::vector<InDoubtSeen> &seen);
     void drop_decided(const std::vector<size_t> &decided, int64_t released);
     void add_parked(ParkedFire pf, int64_t rows);
 
@@ -134,9 +121,7 @@ private:
     int64_t server_now_unix_ms_ = 0;
     uint64_t server_now_sent_mono_ = 0, server_now_got_mono_ = 0;
     int64_t seen_disconnects_ = 0;
-    bool identify_pending_ = true;        // learn the server's host:port on the next cycle
-    bool awaiting_resume_ = false;        // a loss was seen and no fire has committed since
-    bool reconnected_since_loss_ = false; // the server was found again since the last loss
+    Link link_ = Link::unidentified;      // where the recovery stands with the server (link_step)
     bool check_refused_logged_ = false;   // the in-doubt check lacks table privileges (said once)
 };
 

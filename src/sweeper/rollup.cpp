@@ -4,8 +4,7 @@
 #include <algorithm>
 
 #include "pg/classify.hpp"
-#include "pg/statements.hpp"
-#include "pg/sql_args.hpp"
+#include "pg/calls.hpp"
 #include "sweeper/subclocks.hpp"
 
 namespace qsw {
@@ -55,10 +54,7 @@ Task<void> Rollup::run(const std::vector<int16_t> &shards, bool allowed, uint64_
 
 Task<Rollup::Outcome> Rollup::pass(const std::vector<int16_t> &shards, int64_t every) {
     Outcome out;
-    Query q;
-    q.sql = sql::kKvUsageStep;
-    q.params = {text_param(shards_param(shards)), text_param(std::to_string(kRollupMaxTenants)),
-                text_param(std::to_string(std::clamp<int64_t>(every, 1, INT32_MAX)))};
+    Query q = kv_usage_query(KvUsageArgs{shards, kRollupMaxTenants, std::clamp<int64_t>(every, 1, INT32_MAX)});
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (!r.ok) {
@@ -72,23 +68,23 @@ Task<Rollup::Outcome> Rollup::pass(const std::vector<int16_t> &shards, int64_t e
         }
         co_return out;
     }
-    nlohmann::json j = nlohmann::json::parse(r.get(0, 0), nullptr, false);
-    if (j.is_discarded() || !j.is_object()) co_return out;
-    if (j.contains("skipped") && j["skipped"].is_string()) {
+    KvUsageAnswer a = read_kv_usage_answer(r.get(0, 0));
+    if (!a.readable) co_return out;
+    if (a.skipped) {
         out.skipped = true;
-        out.age_ms = j["skipped"] == "recent" ? j.value("ageMs", int64_t(0)) : -1;
+        out.age_ms = a.age_ms;
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         ++ctx_.stats.f.rollup_skipped_total;
         co_return out;
     }
     out.ran = true;
-    last_quota_ratio_ = j.value("maxQuotaRatio", 0.0);
+    last_quota_ratio_ = a.max_quota_ratio;
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
     auto &f = ctx_.stats.f;
     ++f.rollup_runs_total;
     f.rollup_max_quota_ratio = last_quota_ratio_;
-    f.rollup_sampled = j.value("sampled", false);
-    f.rollup_tenants = j.contains("tenants") ? j["tenants"] : nlohmann::json::array();
+    f.rollup_sampled = a.sampled;
+    f.rollup_tenants = std::move(a.tenants);
     co_return out;
 }
 

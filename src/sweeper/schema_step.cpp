@@ -3,11 +3,10 @@
 #include "sweeper/schema_step.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <string_view>
 
 #include "pg/classify.hpp"
-#include "pg/statements.hpp"
+#include "pg/calls.hpp"
 #include "pg/schema.hpp"
 
 namespace qsw {
@@ -33,34 +32,18 @@ std::string SchemaStep::last_stats_error() {
 }
 
 Task<SchemaStep::Version> SchemaStep::read_version() {
-    Query q;
-    q.sql = sql::kReadSchemaVersion;
+    // Before the schema exists its SQLSTATEs are the answer, not a failure: a healthy first
+    // start counts no failed call (an alert on pool_calls_failed_total would fire on every
+    // new deployment).
+    Query q = schema_version_query();
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
-    // Before the schema exists these are the answer, not a failure: a healthy first start
-    // counts no failed call (an alert on pool_calls_failed_total would fire on every new
-    // deployment).
-    q.answer_sqlstates.assign(kSchemaAbsentSqlstates.begin(), kSchemaAbsentSqlstates.end());
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
+    SchemaVersionAnswer a = read_schema_version(std::move(r));
     Version v;
-    int64_t n = 0;
-    if (r.ok && r.rows() == 1 && !r.is_null(0, 0)) {
-        const std::string text = r.get(0, 0);
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-        if (ec == std::errc() && end == text.data() + text.size()) {
-            v.ok = true;
-            v.version = n;
-        } else {
-            v.error.origin = Origin::internal;
-            v.error.message = "queen.schema_version_v1() answered a value that is not an integer";
-        }
-    } else if (r.ok || is_schema_absent(r)) {
-        // No function, no schema, no table, or nothing recorded: the database predates
-        // versioning or has no schema at all.
-        v.ok = true;
-        v.absent = true;
-    } else {
-        v.error = std::move(r);
-    }
+    v.ok = a.ok;
+    v.absent = a.absent;
+    v.version = a.version;
+    v.error = std::move(a.error);
     co_return v;
 }
 

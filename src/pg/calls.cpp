@@ -1,0 +1,303 @@
+// Typed calls (see calls.hpp).
+#include "pg/calls.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "base/json_get.hpp"
+#include "pg/classify.hpp"
+#include "pg/sql_args.hpp"
+#include "pg/statements.hpp"
+
+namespace qsw {
+
+namespace {
+
+FireAnswer unreadable_fire(std::string why) {
+    FireAnswer a;
+    a.unreadable = std::move(why);
+    return a;
+}
+
+FireSegStatus fire_status(const std::string &s) {
+    if (s == "busy" || s.empty()) return FireSegStatus::busy;
+    if (s == "fired") return FireSegStatus::fired;
+    if (s == "stale") return FireSegStatus::stale;
+    if (s == "duplicate") return FireSegStatus::duplicate;
+    return FireSegStatus::other;
+}
+
+}  // namespace
+
+FireAnswer read_fire_answer(const nlohmann::json &j) {
+    if (!j.is_object()) return unreadable_fire("not an object");
+    const auto segs = j.find("segments");
+    if (segs == j.end() || !segs->is_array()) return unreadable_fire("no segments array");
+    FireAnswer a;
+    a.segments.reserve(segs->size());
+    for (const nlohmann::json &sj : *segs) {
+        if (!sj.is_object()) return unreadable_fire("a segment that is not an object");
+        const auto st = sj.find("status");
+        if (st != sj.end() && !st->is_string() && !st->is_null())
+            return unreadable_fire("a segment status that is not a string");
+        FireSegmentAnswer s;
+        s.status = fire_status(json_get(sj, "status", ""));
+        s.base_offset = json_get<int64_t>(sj, "baseOffset", -1);
+        s.held = json_get<int64_t>(sj, "held", 0);
+        s.duplicates = json_get<int64_t>(sj, "duplicates", 0);
+        s.released = json_get<int64_t>(sj, "released", 0);
+        a.segments.push_back(s);
+    }
+    a.provision_busy = std::max<int64_t>(json_get<int64_t>(j, "provisionBusy", 0), 0);
+    a.readable = true;
+    return a;
+}
+
+FireAnswer parse_fire_answer(std::string_view text) {
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) return unreadable_fire("not JSON");
+    return read_fire_answer(j);
+}
+
+// ---- The probe ----------------------------------------------------------------------------------
+
+namespace {
+QueryParam optional_i64(const std::optional<int64_t> &v) { return v ? text_param(std::to_string(*v)) : null_param(); }
+QueryParam i64(int64_t v) { return text_param(std::to_string(v)); }
+QueryParam texts(const std::vector<std::string> &v) { return text_param(pg_text_array(v)); }
+nlohmann::json parse_object(std::string_view text) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    return j.is_object() ? j : nlohmann::json();
+}
+}  // namespace
+
+Query probe_query(const ProbeArgs &a) {
+    Query q;
+    q.sql = sql::kProbe;
+    q.params = {text_param(shards_param(a.shards)), i64(a.due_cap), optional_i64(a.floor_ms),
+                optional_i64(a.horizon_ms)};
+    return q;
+}
+
+ProbeAnswer read_probe_answer(std::string_view text) {
+    ProbeAnswer a;
+    const nlohmann::json j = parse_object(text);
+    if (!j.is_object()) {
+        a.unreadable = "not a JSON object";
+        return a;
+    }
+    const auto next = j.find("nextInMs");
+    if (next != j.end() && !next->is_null()) {
+        a.next_in_ms = json_find_int(j, "nextInMs");
+        if (!a.next_in_ms) {
+            a.unreadable = "nextInMs is not an integer";
+            return a;
+        }
+    }
+    a.beyond = json_get(j, "beyond", false);
+    a.due = json_get<int64_t>(j, "due", 0);
+    a.due_capped = json_get(j, "dueCapped", false);
+    a.held = json_get<int64_t>(j, "held", 0);
+    a.late_ms = json_get<int64_t>(j, "lateMs", 0);
+    a.now_ms = json_find_int(j, "nowMs");
+    a.floor_ms = json_find_int(j, "floorMs");
+    if (const auto turns = json_find_int(j, "turnTimeouts")) a.turn_timeouts = std::max<int64_t>(*turns, 0);
+    a.fire_enabled = json_get(j, "fireEnabled", true);
+    a.maintenance = json_get(j, "maintenance", false);
+    a.readable = true;
+    return a;
+}
+
+// ---- The KV prune's step and the usage rollup's step ----------------------------------------------
+
+Query kv_expire_query(const KvExpireArgs &a) {
+    Query q;
+    q.sql = sql::kKvExpireStep;
+    q.params = {text_param(shards_param(a.shards)), i64(a.rows)};
+    return q;
+}
+
+KvExpireAnswer read_kv_expire_answer(std::string_view text) {
+    KvExpireAnswer a;
+    const nlohmann::json j = parse_object(text);
+    if (!j.is_object()) return a;
+    a.deleted = json_get<int64_t>(j, "deleted", 0);
+    a.done = json_get(j, "done", true);
+    a.unpruned = json_get<int64_t>(j, "unpruned", 0);
+    a.unpruned_capped = json_get(j, "unprunedCapped", false);
+    a.lag_ms = json_get<int64_t>(j, "lagMs", 0);
+    const auto next = j.find("nextExpiryMs");
+    a.ttl_ahead = next != j.end() && next->is_number();
+    a.readable = true;
+    return a;
+}
+
+Query kv_usage_query(const KvUsageArgs &a) {
+    Query q;
+    q.sql = sql::kKvUsageStep;
+    q.params = {text_param(shards_param(a.shards)), i64(a.max_tenants), i64(a.every_ms)};
+    return q;
+}
+
+KvUsageAnswer read_kv_usage_answer(std::string_view text) {
+    KvUsageAnswer a;
+    const nlohmann::json j = parse_object(text);
+    if (!j.is_object()) return a;
+    a.readable = true;
+    const auto sk = j.find("skipped");
+    if (sk != j.end() && sk->is_string()) {
+        a.skipped = true;
+        a.age_ms = *sk == "recent" ? json_get<int64_t>(j, "ageMs", 0) : -1;
+        return a;
+    }
+    a.max_quota_ratio = json_get(j, "maxQuotaRatio", 0.0);
+    a.sampled = json_get(j, "sampled", false);
+    const auto tenants = j.find("tenants");
+    if (tenants != j.end()) a.tenants = *tenants;
+    return a;
+}
+
+// ---- A failure, and the hand-backs -------------------------------------------------------------
+
+Query fail_query(const FailArgs &a) {
+    Query q;
+    q.sql = sql::kFail;
+    q.params = {texts(a.tenants), texts(a.queues), texts(a.keys), texts(a.tokens), text_param(a.error),
+                text_param(a.error_class), i64(a.backoff_min_ms), i64(a.backoff_max_ms), i64(a.transient_backoff_ms),
+                i64(a.max_attempts)};
+    return q;
+}
+
+FailAnswer read_fail_answer(const PgResult &r) {
+    FailAnswer a;
+    if (!r.ok || r.rows() != 1) return a;
+    const nlohmann::json j = parse_object(r.get(0, 0));
+    if (!j.is_object()) return a;
+    a.released = json_get<int64_t>(j, "released", 0);
+    a.exhausted = json_get<int64_t>(j, "exhausted", 0);
+    a.moved = json_get<int64_t>(j, "moved", 0);
+    a.readable = true;
+    return a;
+}
+
+Query release_query(const ReleaseArgs &a) {
+    Query q;
+    q.sql = sql::kRelease;
+    q.params = {texts(a.tenants), texts(a.queues), texts(a.keys), texts(a.tokens)};
+    return q;
+}
+
+Query release_claims_query(const ReleaseClaimsArgs &a) {
+    Query q;
+    q.sql = sql::kReleaseClaims;
+    q.params = {texts(a.claim_ids), i64(a.lease_from_unix_ms), i64(a.lease_to_unix_ms), optional_i64(a.floor_unix_ms)};
+    return q;
+}
+
+std::optional<int64_t> read_released(const PgResult &r) {
+    int64_t n = 0;
+    if (!r.ok || r.rows() != 1 || !parse_i64(r.get(0, 0), n)) return std::nullopt;
+    return n;
+}
+
+// ---- The in-doubt check, and which server answers ------------------------------------------------
+
+Query in_doubt_query(const InDoubtArgs &a) {
+    Query q;
+    q.sql = sql::kInDoubt;
+    q.params = {text_param(pg_int_array(a.segments)), texts(a.tenants), texts(a.queues),
+                binary_param(pg_bytea_array_binary(a.hashes), kByteaArrayOid), text_param(pg_int_array(a.key_segments)),
+                texts(a.keys)};
+    return q;
+}
+
+std::vector<InDoubtRow> read_in_doubt_rows(const PgResult &r) {
+    using C = sql::InDoubtCol;
+    std::vector<InDoubtRow> rows;
+    if (!r.ok) return rows;
+    rows.resize(static_cast<size_t>(std::max(r.rows(), 0)));
+    for (int i = 0; i < r.rows(); ++i) {
+        InDoubtRow &row = rows[static_cast<size_t>(i)];
+        const auto col = [](C c) { return static_cast<int>(c); };
+        row.readable = parse_i64(r.get(i, col(C::seg)), row.seg) && parse_i64(r.get(i, col(C::present)), row.present) &&
+                       parse_i64(r.get(i, col(C::unlocked)), row.unlocked) &&
+                       (r.is_null(i, col(C::base_offset)) || parse_i64(r.get(i, col(C::base_offset)), row.base));
+    }
+    return rows;
+}
+
+Query identify_query() {
+    Query q;
+    q.sql = sql::kIdentifyServer;
+    return q;
+}
+
+IdentifyAnswer read_identify_answer(const PgResult &r) {
+    using C = sql::IdentifyCol;
+    IdentifyAnswer a;
+    if (!r.ok || r.rows() != 1) return a;
+    a.server = r.get(0, static_cast<int>(C::server));
+    a.in_recovery = r.get(0, static_cast<int>(C::in_recovery)) == "t";
+    a.identity = r.get(0, static_cast<int>(C::identity));
+    a.readable = true;
+    return a;
+}
+
+// ---- The claim and the fire ------------------------------------------------------------------------
+
+Query claim_query(const ClaimArgs &a) {
+    Query q;
+    q.sql = sql::kClaim;
+    q.params = {text_param(shards_param(a.shards)), i64(a.lease_ms), i64(a.max_rows), i64(a.rows_per_tenant),
+                i64(a.max_bytes), text_param(a.claim_id), texts(a.skip_tenants), texts(a.skip_queues),
+                texts(a.skip_partitions), optional_i64(a.floor_ms),
+                // Under a backlog, no tenant of our own: the claim names them from the ring.
+                a.backlog ? text_param("{}") : null_param()};
+    q.binary_result = true;  // the payload as it is: a hex answer would double it
+    return q;
+}
+
+Query fire_query(FireArgs &&a) {
+    Query q;
+    q.sql = sql::kFire;
+    q.params = {text_param(std::move(a.seg_tenants)), text_param(std::move(a.seg_queues)),
+                text_param(std::move(a.seg_partitions)), text_param(pg_int_array(a.counts)),
+                binary_param(pg_bytea_array_binary(a.hashes), kByteaArrayOid),
+                binary_param(pg_bytea_array_binary(a.blobs), kByteaArrayOid), text_param(std::move(a.keys)),
+                text_param(pg_int_array(a.key_segments)), text_param(std::move(a.tokens)),
+                text_param(a.wait ? "true" : "false"), a.tids ? text_param(std::move(*a.tids)) : null_param()};
+    return q;
+}
+
+// ---- The schema version ----------------------------------------------------------------------------
+
+Query schema_version_query() {
+    Query q;
+    q.sql = sql::kReadSchemaVersion;
+    q.answer_sqlstates.assign(kSchemaAbsentSqlstates.begin(), kSchemaAbsentSqlstates.end());
+    return q;
+}
+
+SchemaVersionAnswer read_schema_version(PgResult r) {
+    SchemaVersionAnswer v;
+    if (r.ok && r.rows() == 1 && !r.is_null(0, 0)) {
+        int64_t n = 0;
+        if (parse_i64(r.get(0, 0), n)) {
+            v.ok = true;
+            v.version = n;
+        } else {
+            v.error.origin = Origin::internal;
+            v.error.message = "queen.schema_version_v1() answered a value that is not an integer";
+        }
+    } else if (r.ok || is_schema_absent(r)) {
+        // No function, no schema, no table, or nothing recorded: the database predates
+        // versioning or has no schema at all.
+        v.ok = true;
+        v.absent = true;
+    } else {
+        v.error = std::move(r);
+    }
+    return v;
+}
+
+}  // namespace qsw
