@@ -283,7 +283,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
         skip_p.push_back(k[2]);
     }
     out.floor = floor_.ticket();
-    out.backlog = floor_.backlog();
+    out.backlog = floor_.take_ring();
     Query q;
     q.sql = sql::kClaim;
     q.params = {text_param(shards_param(shards)), text_param(std::to_string(ctx_.cfg.sweeper_lease_ms)),
@@ -297,6 +297,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     q.binary_result = true;  // the payload as it is: a hex answer would double it
     q.timeout_ms = std::min<int64_t>(ctx_.cfg.stmt_timeout_ms, ctx_.cfg.sweeper_lease_ms / 2);
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
+    if (out.backlog) floor_.note_ring_claim_ms(r.elapsed_us / 1000);
     if (r.elapsed_us > 0) {  // 0: never sent (no connection)
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         ctx_.stats.f.claim_calls.observe(r.elapsed_us);

@@ -30,6 +30,26 @@ int64_t head_walk_every_ms(int64_t last_walk_ms) {
 
 bool backlog_after_probe(bool due_capped) { return due_capped; }
 
+bool ring_wanted(bool backlog, int64_t last_claim_tenants, uint64_t now_ms, uint64_t last_ring_ms,
+                 int64_t every_ms) {
+    if (!backlog) return false;
+    if (last_claim_tenants != 1 || last_ring_ms == 0 || now_ms < last_ring_ms) return true;
+    return now_ms - last_ring_ms >= static_cast<uint64_t>(std::max<int64_t>(every_ms, 0));
+}
+
+int64_t ring_alone_every_ms(int64_t last_ring_claim_ms) {
+    const int64_t ms = std::clamp<int64_t>(last_ring_claim_ms, 0, 1000);
+    return std::clamp<int64_t>(ms * 20, 100, 1000);
+}
+
+bool DueFloor::take_ring() {
+    const uint64_t now = ctx_.now();
+    if (!ring_wanted(backlog_, last_claim_tenants_, now, last_ring_ms_, ring_alone_every_ms(last_ring_claim_ms_)))
+        return false;
+    last_ring_ms_ = now;
+    return true;
+}
+
 bool backlog_after_claim(bool backlog, int64_t got, int64_t want) {
     if (want <= 0) return backlog;
     return got >= want;
@@ -77,6 +97,7 @@ void DueFloor::note_probe_backlog(bool due_capped) {
 
 void DueFloor::note_claim_backlog(bool sent_in_backlog, int64_t got, int64_t want, int64_t tenants) {
     backlog_ = backlog_after_claim(backlog_, got, want);
+    if (got > 0) last_claim_tenants_ = tenants;
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
     ctx_.stats.f.floor.tenants_named = sent_in_backlog ? tenants : 0;
 }

@@ -72,6 +72,30 @@ TEST(Floor, ABacklogIsWhatTheProbeCappedOrAFullClaimSays) {
     EXPECT_TRUE(backlog_after_claim(true, 0, -1));
 }
 
+TEST(Floor, TheRingIsWalkedEveryClaimWhileTenantsShareAndOnceASecondForOneTenant) {
+    // no backlog: never
+    EXPECT_FALSE(qsw::ring_wanted(false, 5, 10000, 0, 1000));
+    // several tenants, or none known: every claim
+    EXPECT_TRUE(qsw::ring_wanted(true, 2, 10000, 9999, 1000));
+    EXPECT_TRUE(qsw::ring_wanted(true, 0, 10000, 9999, 1000));
+    // one tenant: once per interval
+    EXPECT_TRUE(qsw::ring_wanted(true, 1, 10000, 0, 1000));      // never walked yet
+    EXPECT_FALSE(qsw::ring_wanted(true, 1, 10000, 9500, 1000));
+    EXPECT_TRUE(qsw::ring_wanted(true, 1, 10500, 9500, 1000));   // at the interval's end
+    EXPECT_TRUE(qsw::ring_wanted(true, 1, 9000, 9500, 1000));    // a clock that went back
+    // extreme intervals
+    EXPECT_TRUE(qsw::ring_wanted(true, 1, 10000, 10000, 0));
+    EXPECT_TRUE(qsw::ring_wanted(true, 1, 10000, 10000, -5));
+    EXPECT_FALSE(qsw::ring_wanted(true, 1, 10000, 1, INT64_MAX));
+    // alone, 20 x the last claim that walked it, 100 ms to 1 s
+    EXPECT_EQ(qsw::ring_alone_every_ms(0), 100);
+    EXPECT_EQ(qsw::ring_alone_every_ms(-7), 100);
+    EXPECT_EQ(qsw::ring_alone_every_ms(5), 100);
+    EXPECT_EQ(qsw::ring_alone_every_ms(20), 400);
+    EXPECT_EQ(qsw::ring_alone_every_ms(362), 1000);
+    EXPECT_EQ(qsw::ring_alone_every_ms(INT64_MAX), 1000);
+}
+
 TEST(Floor, HeldRowsAreTriedByKeyAtMostOncePerCeiling) {
     // none held: never
     EXPECT_FALSE(qsw::try_held_rows(0, 5000, 0, 1000));
