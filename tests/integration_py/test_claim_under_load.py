@@ -47,6 +47,8 @@ def test_a_small_tenant_is_not_held_behind_another_tenants_backlog(q, sweepers):
     with lock:
         a_at_b = seen["a_at_b"]
     wait_for(lambda: q.timers_left() == 0, timeout=180, what="the backlog to drain")
+    # The table empties at the fire's commit; the stats count it a few ms later.
+    wait_for(lambda: h.stats()["fired_total"] >= 30020, 5, 0.02, "the last fire's answer")
     st = h.stats()
     print(f"\n[tenants] B's 20 fired after {a_at_b} of A's 30000; tenants named at the end "
           f"{st.get('floor', {}).get('tenants_named')}")
@@ -144,6 +146,7 @@ def test_a_small_tenant_is_reached_behind_100_busy_tenants_that_keep_producing(q
     assert len(counts) == 100 and counts[0] >= 0.8 * mean and counts[-1] <= 1.2 * mean, counts
     assert len(q.delivered(queue="small")) == 20
     assert len(q.delivered(queue="busy")) == written
+    wait_for(lambda: h.stats()["fired_total"] >= written + 20, 5, 0.02, "the last fire's answer")
     assert h.stats()["fired_total"] == written + 20
     assert_clean_stop(h)
 
@@ -201,6 +204,8 @@ def run_with_snapshot_held(q, sweepers, holder):
     assert fl["head_walks_total"] >= 1 and fl["behind_total"] >= 1, fl
     assert fl["dead_tuples"] > 0, fl
     wait_for(lambda: q.timers_left() == 0, timeout=30, what="the trickle")
+    # The table empties at the fire's commit; the stats count it a few ms later.
+    wait_for(lambda: h.stats()["fired_total"] >= 3072, 5, 0.02, "the last fire's answer")
     st = h.stats()
     assert st["fired_total"] == 3072
     assert_clean_stop(h)

@@ -90,6 +90,8 @@ def test_slow_fires_do_not_livelock_two_sweepers(q, sweepers, conninfo, connecti
     probe_res = q.schedule(probe_ops)
     produced[0] += len(probe_ops)
     wait_for(lambda: q.timers_left() == 0, 10, 0.05, "fresh timers after the locks")
+    # The table empties at the fire's commit; the stats count it a few ms later.
+    wait_for(lambda: sum(h.stats()["fired_total"] for h in hs) >= produced[0], 5, 0.02, "the last fire's answer")
     stats = [h.stats() for h in hs]
     for h in hs:
         assert_clean_stop(h)

@@ -78,6 +78,8 @@ def test_maintenance_mode_suspends_the_fire(q, sweepers):
     assert q.q("SELECT * FROM queen.log_timers_claim_v1(NULL, now(), 1000, 100, 100)") == []
     q.set_switch("maintenance_mode", False)
     wait_for(lambda: q.timers_left() == 0, 10, 0.05, "the fire after maintenance")
+    # The table empties at the fire's commit; the stats count it a few ms later.
+    wait_for(lambda: h.stats()["fired_total"] == 10, 5, 0.02, "the last fire's answer")
     st = h.stats()
     assert_clean_stop(h)
     assert st["fired_total"] == 10 and st["switches"]["maintenance"] is False
@@ -103,6 +105,8 @@ def test_schedule_paused_refuses_new_timers_while_the_fire_goes_on(q, sweepers):
     # The already scheduled timers fire on time while scheduling stays paused.
     h.sw.wake(min(r["deliverAtMs"] for r in res))
     wait_for(lambda: q.timers_left() == 0, 10, 0.05, "the early timers")
+    # The table empties at the fire's commit; the stats count it a few ms later.
+    wait_for(lambda: h.stats()["fired_total"] == 5, 5, 0.02, "the last fire's answer")
     st = h.stats()
     assert_clean_stop(h)
     assert st["fired_total"] == 5
