@@ -161,28 +161,3 @@ def test_the_trigger_is_deferred_and_never_queued_by_a_claim(q):
                  " WHERE g.tgrelid = 'queen.log_timers'::regclass AND g.tgname = 'log_timers_at_commit'")
     assert cols == ["deliver_at"]
 
-
-def test_each_row_a_late_commit_moves_is_found_by_its_primary_key_whatever_the_tenants_rows(q, connections):
-    """One UPDATE by primary key per row moved, never a walk of the tenant's due rows: the
-    statement names no due_at range the planner could take (log_timers_tenant_due_at_idx),
-    which made a 50,000-timer import's commit quadratic (about 13.5 minutes measured by
-    tests/bench/load --phases late-commit, schema version 20). Plans taken at the commit by
-    auto_explain, the tenant's table ANALYZEd before the import (so the generic plan sees
-    a small table, as it did there)."""
-    q.exec("ANALYZE queen.log_timers")
-    c = connections(autocommit=False)
-    with c.cursor() as cur:
-        cur.execute("LOAD 'auto_explain'")
-        cur.execute("SET auto_explain.log_min_duration = 0")
-        cur.execute("SET auto_explain.log_nested_statements = on")
-        cur.execute("SET auto_explain.log_level = notice")
-        cur.execute("SET client_min_messages = notice")
-        for i in range(0, 600, 200):
-            cur.execute(APPLY.format(now="now()"), (ops(["k%04d" % j for j in range(i, i + 200)]), T1))
-        time.sleep(1.2)
-        c.notices.clear()
-    c.commit()
-    plans = [n for n in c.notices if "Query Text" in n and "SET claimed_until = v_clock" in n]
-    assert len(plans) >= 20, len(plans)  # psycopg2 keeps the last 50 notices
-    assert all("log_timers_pkey" in p and "tenant_due_at" not in p for p in plans), plans[0]
-    assert q.one("SELECT count(*) FROM queen.log_timers WHERE claimed_until IS NOT NULL") == 600
