@@ -555,7 +555,7 @@ std::string Stats::to_prometheus() {
             .sample(fl.dead_tuples);
         m.family("floor_resets_total", "counter", "Floors dropped (a new server): the next probe walks from the head.")
             .sample(fl.resets_total);
-        m.family("floor_tenants_named", "gauge", "Tenants in the last claim taken under a backlog (0 without one).")
+        m.family("floor_tenants_named", "gauge", "Tenants in the last claim that walked the tenants' ring (0 when it did not).")
             .sample(fl.tenants_named);
         m.family("floor_held_rows", "gauge",
                  "Due timers another transaction keeps locked, passed by the floors and tried by key "

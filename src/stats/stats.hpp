@@ -106,7 +106,7 @@ struct FloorFigures {
     int64_t behind_total = 0;         // walks that found a row behind the floor (a slow transaction's)
     int64_t dead_tuples = -1;         // n_dead_tup of queen.log_timers at the last walk (-1: unknown)
     int64_t resets_total = 0;         // floors dropped (a new server): the next probe walks from the head
-    int64_t tenants_named = 0;        // tenants in the last claim under a backlog (the ring); 0 without one
+    int64_t tenants_named = 0;        // tenants in the last claim that walked the ring; 0 when it did not
     int64_t held_rows = 0;            // listed held rows due at the last probe (queen.log_timers_held)
 
     nlohmann::json to_json() const {
