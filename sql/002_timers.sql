@@ -219,6 +219,42 @@ INSERT INTO queen.log_timers_claim_turn (id) VALUES (1) ON CONFLICT (id) DO NOTH
 -- rollback (log_timers_take_turn_v1; the probe answers it as "turnTimeouts").
 CREATE SEQUENCE IF NOT EXISTS queen.log_timers_turn_timeouts;
 
+-- The tenants' ring (schema version 27): every tenant with pending timers, one row each, in
+-- uuid order (its primary key): the ring the claims walk under a backlog
+-- (log_timers_tenant_ring_v1). Before, the ring found the next tenant in queen.log_timers
+-- itself, and with a snapshot held elsewhere that descent passed every fired row of the
+-- tenant since (362 ms a claim at 3,000 timers/s). Here nothing churns: a tenant is entered
+-- by the commit that writes its first pending timer (log_timers_at_commit_v1, once per
+-- transaction and tenant, INSERT ... ON CONFLICT DO NOTHING, no lock taken on an existing
+-- row) or by a rename that moves timers to it (log_timers_queue_gone_v1), and removed by the
+-- tidy (log_timers_tenants_tidy_v1, off the drain's path) once it has none. A tenant missing
+-- from the ring (a row written by hand with triggers off, or the narrow race the tidy's
+-- header describes) loses its share only: its rows are reached oldest first as before the
+-- ring, and its next commit enters it again.
+CREATE TABLE IF NOT EXISTS queen.log_timers_tenants (
+    tenant_id uuid PRIMARY KEY
+);
+-- Filled while it is empty (once, when it is new: every later apply reads one row of it):
+-- the distinct tenants of queen.log_timers, one descent of its primary key each. A
+-- transaction that commits during this apply with an older body of the commit's trigger is
+-- not entered: its tenant's next commit enters it.
+DO $apply$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queen.log_timers_tenants) THEN
+        RETURN;
+    END IF;
+    INSERT INTO queen.log_timers_tenants (tenant_id)
+    WITH RECURSIVE r(tn) AS (
+        (SELECT t.tenant_id FROM queen.log_timers t ORDER BY t.tenant_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT t.tenant_id FROM queen.log_timers t WHERE t.tenant_id > r.tn
+                 ORDER BY t.tenant_id LIMIT 1)
+          FROM r WHERE r.tn IS NOT NULL)
+    SELECT r.tn FROM r WHERE r.tn IS NOT NULL
+    ON CONFLICT (tenant_id) DO NOTHING;
+END
+$apply$;
+
 -- The held rows (schema version 19): due rows in nobody's hands that a claim found locked by
 -- someone else's transaction (a host's open transaction that rescheduled the timer, an ORM
 -- session idle in transaction) at the head of the due index. Such a row is live, so without
@@ -342,45 +378,67 @@ BEGIN
 END
 $apply$;
 
--- queen.log_timers_at_commit_v1() -> trigger: a row lands where it belongs at its commit.
+-- queen.log_timers_at_commit_v1() -> trigger: a row lands where it belongs at its commit,
+-- and its tenant is in the ring.
 -- Every write puts its row at or after the now it writes with (log_timers_not_before_v1),
 -- but a row becomes visible only at its transaction's commit: a transaction that commits
 -- long after its now (a batch import, an ORM session left open, a host that schedules and
 -- then does slow work before committing) would otherwise leave its rows behind every
 -- sweeper's floor, where only the walk from the head finds them, seconds to minutes later.
 -- This deferred constraint trigger runs at the commit of every transaction that inserted a
--- row or set its deliver_at, once per such row: a row left in nobody's hands at a due_at
--- more than 1 second before the commit's clock (clock_timestamp()) is put at that clock
--- (claimed_until = clock_timestamp(): visible_at and due_at follow, attempts unchanged),
--- so it lands at or after every floor (a floor is at least the slack, 5 s, behind the now
--- of the probe or claim that computes it) and fires like a timer committed just now,
--- oldest first among what is due.
+-- row or set its deliver_at, once per such row:
+-- * the row's tenant is entered in queen.log_timers_tenants (the tenants' ring) unless this
+--   transaction entered it already (the last tenant entered is remembered in the
+--   transaction-local setting queen.ring_tenant): INSERT ... ON CONFLICT DO NOTHING, which
+--   writes nothing and locks nothing when the tenant is there;
+-- * a row left in nobody's hands at a due_at more than 1 second before the commit's clock
+--   (clock_timestamp()) is put at that clock (claimed_until = clock_timestamp(): visible_at
+--   and due_at follow, attempts unchanged), so it lands at or after every floor (a floor is
+--   at least the slack, 5 s, behind the now of the probe or claim that computes it) and
+--   fires like a timer committed just now, oldest first among what is due. The row is
+--   updated by its address (NEW's ctid, a TID scan: no plan can walk an index for it); a
+--   later write of this transaction that moved it leaves the address dead, and then it is
+--   found by its primary key.
 -- Cost: a transaction that commits within 1 s of the rows' due_at pays one call of this
--- function per row (the test of the first branch); a late one pays an UPDATE by primary
--- key per row it moves (tests/bench/load --phases late-commit measures it). What it does not see, the walk
--- from the head still finds: a host's SET CONSTRAINTS ALL IMMEDIATE (the check then runs
--- at the statement's end, not at the commit), a two-phase commit (the check runs at
--- PREPARE TRANSACTION), a commit that waits longer than the slack for a synchronous standby.
+-- function per row and one probe of the ring's primary key per tenant; a late one pays an
+-- UPDATE per row it moves (tests/bench/load --phases late-commit measures it). What it does
+-- not see, the walk from the head still finds: a host's SET CONSTRAINTS ALL IMMEDIATE (the
+-- check then runs at the statement's end, not at the commit), a two-phase commit (the check
+-- runs at PREPARE TRANSACTION), a commit that waits longer than the slack for a synchronous
+-- standby.
 -- SECURITY DEFINER: it runs at the commit, as the session's role (a broker role holds no
--- privilege on the table; 007_roles.sql), and a trigger function is executed, never granted.
--- Locks: the row, already the transaction's own.
+-- privilege on the tables; 007_roles.sql), and a trigger function is executed, never granted.
+-- Locks: the row, already the transaction's own; a new entry of queen.log_timers_tenants.
 CREATE OR REPLACE FUNCTION queen.log_timers_at_commit_v1()
 RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_seqscan = off  -- a plan made on a small table would scan it for every row
 AS $fn$
 DECLARE
     v_clock timestamptz := clock_timestamp();
 BEGIN
+    IF current_setting('queen.ring_tenant', true) IS DISTINCT FROM NEW.tenant_id::text THEN
+        INSERT INTO queen.log_timers_tenants (tenant_id) VALUES (NEW.tenant_id)
+        ON CONFLICT (tenant_id) DO NOTHING;
+        PERFORM pg_catalog.set_config('queen.ring_tenant', NEW.tenant_id::text, true);
+    END IF;
     IF NEW.due_at >= v_clock - interval '1 second' THEN
         RETURN NULL;
     END IF;
     -- The row as it is now (a later write of this transaction may have moved, claimed or
-    -- deleted it; NEW is the row of this event).
-    -- By primary key only: the due_at test is written so that no index can take it (IS
-    -- TRUE), else a generic plan may walk the tenant's due rows on (tenant_id, due_at) for
-    -- every row, which made a 50,000-timer import's commit quadratic (13.5 minutes).
+    -- deleted it; NEW is the row of this event). The key is compared with IS NOT DISTINCT
+    -- FROM so that no index can take it: the address is the one way in.
+    UPDATE queen.log_timers AS t
+       SET claimed_until = v_clock
+     WHERE t.ctid = NEW.ctid
+       AND (t.tenant_id, t.queue, t.timer_key) IS NOT DISTINCT FROM (NEW.tenant_id, NEW.queue, NEW.timer_key)
+       AND t.claim_token IS NULL AND (t.due_at < v_clock - interval '1 second') IS TRUE;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- Moved by a later write of this transaction (or gone, or no longer late): by key.
     UPDATE queen.log_timers AS t
        SET claimed_until = v_clock
      WHERE t.tenant_id = NEW.tenant_id AND t.queue = NEW.queue AND t.timer_key = NEW.timer_key
@@ -423,6 +481,7 @@ $apply$;
 --     when due, as a hand-back puts them), and they fire into the queue under its new name.
 --     One whose key a pending timer of the new name already has goes to queen.log_dlq
 --     instead (error 'queue renamed to <name>: a timer with this key is pending there').
+--     A new tenant is entered in the tenants' ring (queen.log_timers_tenants).
 -- A timer written for the old name by a transaction that commits after this one (or that
 -- this one's statement did not see) is a new timer: its fire creates a queue of that name.
 -- Runs as the caller (a queue's owner: the working roles hold no privilege on the table).
@@ -474,6 +533,10 @@ BEGIN
                claimed_until = queen.log_timers_not_before_v1(t.deliver_at, now()),
                updated_at = now()
          WHERE t.tenant_id = v_tenant AND t.queue = v_queue;
+        IF FOUND AND v_to_t <> v_tenant THEN  -- timers the new tenant now has: in the ring
+            INSERT INTO queen.log_timers_tenants (tenant_id) VALUES (v_to_t)
+            ON CONFLICT (tenant_id) DO NOTHING;
+        END IF;
     END IF;
     RETURN NULL;
 END
@@ -1355,17 +1418,19 @@ $fn$;
 -- queen.log_timers_tenant_ring_v1(now timestamptz, floor timestamptz, turn boolean,
 --                                  name int) -> uuid[]
 -- The tenants a claim under a backlog serves first (log_timers_claim_v4, "the ring"): the
--- tenants with pending timers, in uuid order, form one ring for the whole fleet. From the
--- place after queen.log_timers_claim_turn.tenant_after (with turn false, or no place yet:
--- after a random uuid), it looks at the next tenants in ring order, at most 256 a call, and
--- names those whose first row at or after floor is due (in flight or not), at most name
--- (1 to 64), in ring order. With turn (the caller holds the claim turn, so the row is its own), the
--- place moves to the last tenant looked at: the next claim, on any broker, goes on from
--- there. Looking at a tenant is two descents: the next tenant by the primary key (its order
--- spreads a tenant's fired rows over its keys, so few dead entries come first) and its due
--- head by log_timers_tenant_due_at_idx from the floor. Every tenant with due rows is
--- named at least once every ceil(T / 256) claims (T: tenants with pending timers) and
--- every ceil(D / 64) (D: tenants with due rows).
+-- tenants with pending timers (queen.log_timers_tenants), in uuid order, form one ring for
+-- the whole fleet. From the place after queen.log_timers_claim_turn.tenant_after (with turn
+-- false, or no place yet: after a random uuid), it looks at the next tenants in ring order,
+-- at most 1,024 a call, and names those whose first row at or after floor is due (in flight
+-- or not), at most name (1 to 64), in ring order. With turn (the caller holds the claim
+-- turn, so the row is its own), the place moves to the last tenant named when name were
+-- named, else to the last looked at: the next claim, on any broker, goes on from there.
+-- Looking at a tenant is one descent of log_timers_tenant_due_at_idx from (tenant, floor);
+-- the ring itself is read from queen.log_timers_tenants, where nothing churns, so neither
+-- passes the tenants' fired rows that a snapshot held elsewhere keeps (only those between
+-- the floor and the first live row). Every tenant with due rows is named at least once
+-- every ceil(T / 1024) claims (T: tenants with pending timers) and every ceil(D / name)
+-- (D: tenants with due rows).
 -- Internal to the claim: runs in its transaction, as its owner (granted to no role).
 -- Locks: none (the update of the turn's row is the caller's, which holds it).
 CREATE OR REPLACE FUNCTION queen.log_timers_tenant_ring_v1(p_now timestamptz, p_floor timestamptz,
@@ -1378,52 +1443,90 @@ SET enable_seqscan = off
 AS $fn$
 DECLARE
     v_start uuid;
-    v_at    uuid;
-    v_tn    uuid;
+    v_look  uuid[];
+    v_named uuid[];
+    v_name  int := least(greatest(coalesce(p_name, 1), 1), 64);
     v_last  uuid;
-    v_wrap  boolean := false;
-    v_named uuid[] := '{}'::uuid[];
-    v_due   timestamptz;
     v_from  timestamptz := coalesce(p_floor, '-infinity'::timestamptz);
 BEGIN
     IF p_turn THEN
         SELECT c.tenant_after INTO v_start FROM queen.log_timers_claim_turn c WHERE c.id = 1;
     END IF;
     v_start := coalesce(v_start, gen_random_uuid());
-    v_at := v_start;
-    FOR i IN 1..256 LOOP
-        IF v_at IS NULL THEN  -- from the ring's start (after wrapping)
-            SELECT t.tenant_id INTO v_tn FROM queen.log_timers t
-             ORDER BY t.tenant_id, t.queue, t.timer_key LIMIT 1;
-        ELSE
-            SELECT t.tenant_id INTO v_tn FROM queen.log_timers t WHERE t.tenant_id > v_at
-             ORDER BY t.tenant_id, t.queue, t.timer_key LIMIT 1;
-        END IF;
-        IF v_tn IS NULL OR (v_wrap AND v_tn > v_start) THEN
-            EXIT WHEN v_wrap;  -- round the whole ring
-            v_wrap := true;
-            v_at := NULL;
-            CONTINUE;
-        END IF;
-        v_last := v_tn;
-        v_at := v_tn;
-        -- Its first row at or after the floor, in index order (one descent; a row in flight
-        -- there names it too: passing every row in flight cost more than a share that finds
-        -- nothing, 209 ms a call with a snapshot held elsewhere).
-        v_due := NULL;
-        SELECT t.due_at INTO v_due FROM queen.log_timers t
-         WHERE (t.tenant_id, t.due_at) >= (v_tn, v_from) AND (t.tenant_id, t.due_at) <= (v_tn, p_now)
-         ORDER BY t.tenant_id, t.due_at LIMIT 1;
-        IF v_due IS NOT NULL THEN
-            v_named := v_named || v_tn;
-            EXIT WHEN cardinality(v_named) >= least(greatest(p_name, 1), 64);
-        END IF;
-        EXIT WHEN v_wrap AND v_tn = v_start;
-    END LOOP;
+    -- The next 1,024 in ring order: after the place, then from the ring's start up to it.
+    v_look := ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r WHERE r.tenant_id > v_start
+                     ORDER BY r.tenant_id LIMIT 1024);
+    IF cardinality(v_look) < 1024 THEN
+        v_look := v_look || ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r
+                                   WHERE r.tenant_id <= v_start
+                                   ORDER BY r.tenant_id LIMIT 1024 - cardinality(v_look));
+    END IF;
+    -- Those with a due row, in ring order (unnest yields the array in order; the LIMIT stops
+    -- the descents at the name-th).
+    v_named := ARRAY(SELECT u.tn FROM unnest(v_look) AS u(tn)
+                      WHERE EXISTS (SELECT 1 FROM queen.log_timers t
+                                     WHERE (t.tenant_id, t.due_at) >= (u.tn, v_from)
+                                       AND (t.tenant_id, t.due_at) <= (u.tn, p_now))
+                      LIMIT v_name);
+    v_last := CASE WHEN cardinality(v_named) >= v_name THEN v_named[cardinality(v_named)]
+                   ELSE v_look[cardinality(v_look)] END;
     IF p_turn AND v_last IS NOT NULL THEN
         UPDATE queen.log_timers_claim_turn c SET tenant_after = v_last WHERE c.id = 1;
     END IF;
     RETURN v_named;
+END
+$fn$;
+
+-- queen.log_timers_tenants_tidy_v1(max int) -> jsonb {"looked": n, "removed": n, "tenants": n}
+-- Removes from the tenants' ring (queen.log_timers_tenants) the tenants that have no timer
+-- left: looks at up to max (1 to 1,000) entries from a random place in uuid order and deletes
+-- each whose tenant has no row in queen.log_timers; tenants: the entries left. The sweeper
+-- calls it beside the cycle (the KV prune's sub-clock, every 10 s), never on the drain's
+-- path: the test of a tenant's rows passes the dead entries of its fired rows that a snapshot
+-- held elsewhere keeps, one descent of the primary key otherwise.
+-- The race it leaves, and what it costs: a transaction of that tenant that found the entry
+-- present at its commit (log_timers_at_commit_v1 locks nothing) and became visible between
+-- the delete and the second look this function takes after it (a fresh snapshot): its
+-- tenant is out of the ring until its next commit enters it again, and its rows are reached
+-- oldest first meanwhile. Locks: the entries it deletes (a concurrent tidy's are passed).
+CREATE OR REPLACE FUNCTION queen.log_timers_tenants_tidy_v1(p_max int)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_max     int := least(greatest(coalesce(p_max, 1), 1), 1000);
+    v_start   uuid := gen_random_uuid();
+    v_look    uuid[];
+    v_tn      uuid;
+    v_removed int := 0;
+BEGIN
+    v_look := ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r WHERE r.tenant_id > v_start
+                     ORDER BY r.tenant_id LIMIT v_max);
+    IF cardinality(v_look) < v_max THEN
+        v_look := v_look || ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r
+                                   WHERE r.tenant_id <= v_start
+                                   ORDER BY r.tenant_id LIMIT v_max - cardinality(v_look));
+    END IF;
+    FOREACH v_tn IN ARRAY v_look LOOP
+        CONTINUE WHEN EXISTS (SELECT 1 FROM queen.log_timers t WHERE t.tenant_id = v_tn);
+        DELETE FROM queen.log_timers_tenants r
+         WHERE r.ctid = (SELECT x.ctid FROM queen.log_timers_tenants x WHERE x.tenant_id = v_tn
+                           FOR UPDATE SKIP LOCKED);
+        CONTINUE WHEN NOT FOUND;
+        -- A second look, with a snapshot taken after the delete: a commit that landed
+        -- between the two puts its tenant back.
+        IF EXISTS (SELECT 1 FROM queen.log_timers t WHERE t.tenant_id = v_tn) THEN
+            INSERT INTO queen.log_timers_tenants (tenant_id) VALUES (v_tn)
+            ON CONFLICT (tenant_id) DO NOTHING;
+        ELSE
+            v_removed := v_removed + 1;
+        END IF;
+    END LOOP;
+    RETURN jsonb_build_object('looked', cardinality(v_look), 'removed', v_removed,
+                              'tenants', (SELECT count(*) FROM queen.log_timers_tenants));
 END
 $fn$;
 

@@ -132,6 +132,24 @@ KvExpireAnswer read_kv_expire_answer(std::string_view text) {
     return a;
 }
 
+Query ring_tidy_query(int64_t max_entries) {
+    Query q;
+    q.sql = sql::kRingTidy;
+    q.params = {i64(max_entries)};
+    return q;
+}
+
+RingTidyAnswer read_ring_tidy_answer(std::string_view text) {
+    RingTidyAnswer a;
+    const nlohmann::json j = parse_object(text);
+    if (!j.is_object() || !j.contains("tenants")) return a;
+    a.looked = std::max<int64_t>(json_get<int64_t>(j, "looked", 0), 0);
+    a.removed = std::max<int64_t>(json_get<int64_t>(j, "removed", 0), 0);
+    a.tenants = std::max<int64_t>(json_get<int64_t>(j, "tenants", 0), 0);
+    a.readable = true;
+    return a;
+}
+
 Query kv_usage_query(const KvUsageArgs &a) {
     Query q;
     q.sql = sql::kKvUsageStep;

@@ -125,6 +125,19 @@ struct KvExpireAnswer {
 };
 KvExpireAnswer read_kv_expire_answer(std::string_view text);
 
+// ---- The tenants' ring's tidy (sql::kRingTidy) ---------------------------------------------
+
+Query ring_tidy_query(int64_t max_entries);
+
+// Unreadable: not JSON, not an object, or without "tenants".
+struct RingTidyAnswer {
+    bool readable = false;
+    int64_t looked = 0;   // "looked": entries looked at
+    int64_t removed = 0;  // "removed": tenants without timers removed
+    int64_t tenants = 0;  // "tenants": entries left
+};
+RingTidyAnswer read_ring_tidy_answer(std::string_view text);
+
 // ---- The usage rollup's step (sql::kKvUsageStep) ----------------------------------------------
 
 struct KvUsageArgs {

@@ -105,6 +105,10 @@ inline constexpr const char *kReadSchemaVersion = "SELECT queen.schema_version_v
 // of queen.kv_expire_step_v1 as text.
 inline constexpr const char *kKvExpireStep = "SELECT queen.kv_expire_step_v1($1::int2[], now(), $2::int)::text";
 
+// The tenants' ring's tidy. $1 int entries looked at. One row: the jsonb answer of
+// queen.log_timers_tenants_tidy_v1 as text.
+inline constexpr const char *kRingTidy = "SELECT queen.log_timers_tenants_tidy_v1($1::int)::text";
+
 // The usage rollup's step. $1 int2[] shards, $2 int tenants. One row: jsonb as text.
 inline constexpr const char *kKvUsageStep = "SELECT queen.kv_usage_step_v2($1::int2[], now(), $2::int, $3::int)::text";
 

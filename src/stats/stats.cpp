@@ -561,6 +561,12 @@ std::string Stats::to_prometheus() {
                  "Due timers another transaction keeps locked, passed by the floors and tried by key "
                  "(queen.log_timers_held), at the last probe.")
             .sample(fl.held_rows);
+        m.family("floor_ring_tenants", "gauge",
+                 "Tenants in the tenants' ring (queen.log_timers_tenants) at this broker's last tidy (-1: none yet).")
+            .sample(fl.ring_tenants);
+        m.family("floor_ring_removed_total", "counter",
+                 "Tenants without timers this broker's tidies removed from the tenants' ring.")
+            .sample(fl.ring_removed_total);
     }
 
     // A lost connection and what followed it.

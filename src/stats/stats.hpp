@@ -108,6 +108,8 @@ struct FloorFigures {
     int64_t resets_total = 0;         // floors dropped (a new server): the next probe walks from the head
     int64_t tenants_named = 0;        // tenants in the last claim that walked the ring; 0 when it did not
     int64_t held_rows = 0;            // listed held rows due at the last probe (queen.log_timers_held)
+    int64_t ring_tenants = -1;        // entries of the tenants' ring at the last tidy (-1: none yet)
+    int64_t ring_removed_total = 0;   // tenants without timers the tidies removed from the ring
 
     nlohmann::json to_json() const {
         return {{"lag_ms", lag_ms},
@@ -118,7 +120,9 @@ struct FloorFigures {
                 {"dead_tuples", dead_tuples},
                 {"resets_total", resets_total},
                 {"tenants_named", tenants_named},
-                {"held_rows", held_rows}};
+                {"held_rows", held_rows},
+                {"ring_tenants", ring_tenants},
+                {"ring_removed_total", ring_removed_total}};
     }
 };
 

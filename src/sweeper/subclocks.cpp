@@ -32,6 +32,7 @@ Task<bool> SubClocks::run(const std::vector<int16_t> &shards, const LadderStep &
         prune_.show_stage(ctx_.stats.f, step.prune);
     }
     co_await rollup_.run(shards, step.rollup, now);
+    co_await ring_tidy_.run(step.rollup, now);
     co_return co_await prune_.run(shards, step.prune, now);
 }
 

@@ -12,6 +12,7 @@
 #include "sweeper/ladder.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/prune.hpp"
+#include "sweeper/ring_tidy.hpp"
 #include "sweeper/rollup.hpp"
 
 namespace qsw {
@@ -23,9 +24,9 @@ void maintenance_phase_off(const LoopContext &ctx, const char *phase, const PgRe
 
 class SubClocks {
 public:
-    explicit SubClocks(const LoopContext &ctx) : ctx_(ctx), rollup_(ctx), prune_(ctx) {}
+    explicit SubClocks(const LoopContext &ctx) : ctx_(ctx), rollup_(ctx), ring_tidy_(ctx), prune_(ctx) {}
 
-    // The rollup, then the prune, as the ladder step allows (`step_pressure` is the
+    // The rollup and the tenants' ring's tidy, then the prune, as the ladder step allows (`step_pressure` is the
     // pressure the step was computed from, for the log). Returns whether the prune has work
     // (expired keys remain, or keys with a ttl ahead), so the cycle keeps its cadence.
     Task<bool> run(const std::vector<int16_t> &shards, const LadderStep &step, int64_t step_pressure);
@@ -37,6 +38,7 @@ public:
 private:
     const LoopContext &ctx_;
     Rollup rollup_;
+    RingTidy ring_tidy_;  // runs when the rollup may
     Prune prune_;
     std::string stage_logged_ = "on/on";  // rollup/prune, logged once per change
 };

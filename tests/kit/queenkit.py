@@ -76,6 +76,7 @@ QUEEN_TABLES = [
     "queen.queues", "queen.log_partitions", "queen.log_segments", "queen.log_txns",
     "queen.log_txn_index", "queen.log_dlq", "queen.system_state", "queen.log_timers",
     "queen.kv", "queen.kv_quota", "queen.kv_usage", "queen.kv_usage_gate", "queen.log_timers_held",
+    "queen.log_timers_tenants",
 ]
 
 # Triggers the tests install are all named with this prefix and dropped between tests.

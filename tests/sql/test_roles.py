@@ -150,7 +150,7 @@ def test_grants_are_exact(q):
             "   AND has_function_privilege(%s, p.oid, 'EXECUTE')", (role,)))
     assert executable("queen_sweeper") == sorted([
         "kv_expire_step_v1", "kv_usage_step_v1", "kv_usage_step_v2", "log_timers_claim_v1",
-        "log_timers_claim_v4", "log_timers_below_floor_v1",
+        "log_timers_claim_v4", "log_timers_below_floor_v1", "log_timers_tenants_tidy_v1",
         "log_timers_dlq_v1", "log_timers_due_v1", "log_timers_due_v2", "log_timers_fail_v1", "log_timers_fail_v2",
         "log_timers_fire_v1", "log_timers_fire_v2", "log_timers_release_v1",
         "log_timers_release_v2", "log_timers_release_claims_v2",
@@ -195,6 +195,7 @@ def test_every_function_pins_search_path_or_is_schema_qualified(q):
     assert definer == sorted(set(
         ["kv_expire_step_v1", "kv_usage_step_v1", "kv_usage_step_v2", "log_timers_claim_v1",
          "log_timers_claim_v4", "log_timers_at_commit_v1", "log_timers_below_floor_v1", "log_timers_due_v2",
+         "log_timers_tenants_tidy_v1",
          "log_timers_release_v2", "log_timers_release_claims_v2",
          "log_timers_dlq_v1", "log_timers_due_v1", "log_timers_fail_v1", "log_timers_fail_v2",
          "log_timers_fire_v1", "log_timers_fire_v2", "log_timers_release_v1",

@@ -107,6 +107,27 @@ TEST(Calls, AFullProbeAnswer) {
     EXPECT_TRUE(a.maintenance);
 }
 
+TEST(Calls, TheRingTidy) {
+    const Query q = ring_tidy_query(256);
+    EXPECT_EQ(q.sql, sql::kRingTidy);
+    ASSERT_EQ(q.params.size(), 1u);
+    EXPECT_EQ(param(q, 0), "256");
+    EXPECT_FALSE(read_ring_tidy_answer("").readable);
+    EXPECT_FALSE(read_ring_tidy_answer("[1]").readable);
+    EXPECT_FALSE(read_ring_tidy_answer(R"({"removed": 3})").readable);  // no "tenants": not its answer
+    const RingTidyAnswer a = read_ring_tidy_answer(R"({"looked": 256, "removed": 7, "tenants": 1200})");
+    ASSERT_TRUE(a.readable);
+    EXPECT_EQ(a.looked, 256);
+    EXPECT_EQ(a.removed, 7);
+    EXPECT_EQ(a.tenants, 1200);
+    // nonsense counts read as 0, never negative
+    const RingTidyAnswer b = read_ring_tidy_answer(R"({"looked": -1, "removed": "x", "tenants": -5})");
+    ASSERT_TRUE(b.readable);
+    EXPECT_EQ(b.looked, 0);
+    EXPECT_EQ(b.removed, 0);
+    EXPECT_EQ(b.tenants, 0);
+}
+
 TEST(Calls, TheKvPruneStep) {
     const Query q = kv_expire_query(KvExpireArgs{{0, 63}, 1000});
     EXPECT_EQ(q.sql, sql::kKvExpireStep);

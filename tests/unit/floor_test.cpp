@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "sweeper/floor.hpp"
+#include "sweeper/ring_tidy.hpp"
 
 using namespace qsw;
 
@@ -110,4 +111,15 @@ TEST(Floor, HeldRowsAreTriedByKeyAtMostOncePerCeiling) {
     EXPECT_TRUE(qsw::try_held_rows(1, 4000, 5000, 1000));
     EXPECT_FALSE(qsw::try_held_rows(1, 5000, 5000, 0));
     EXPECT_TRUE(qsw::try_held_rows(1, 5001, 5000, 0));
+}
+
+// The tenants' ring's tidy: its interval while the ring holds tenants, a longer one while it
+// is empty, the transient backoff after a failure (at least 1 ms).
+TEST(RingTidy, TheWaitFollowsTheAnswer) {
+    EXPECT_EQ(qsw::ring_tidy_wait(true, 1, 1000), qsw::kRingTidyEveryMs);
+    EXPECT_EQ(qsw::ring_tidy_wait(true, 1000000, 1000), qsw::kRingTidyEveryMs);
+    EXPECT_EQ(qsw::ring_tidy_wait(true, 0, 1000), qsw::kRingTidyIdleMs);
+    EXPECT_EQ(qsw::ring_tidy_wait(false, 5, 1000), 1000);
+    EXPECT_EQ(qsw::ring_tidy_wait(false, 0, 0), 1);
+    EXPECT_EQ(qsw::ring_tidy_wait(false, 0, -5), 1);
 }

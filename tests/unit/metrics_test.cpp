@@ -322,6 +322,8 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"floor.resets_total", "queen_sweeper_floor_resets_total"},
         {"floor.tenants_named", "queen_sweeper_floor_tenants_named"},
         {"floor.held_rows", "queen_sweeper_floor_held_rows"},
+        {"floor.ring_tenants", "queen_sweeper_floor_ring_tenants"},
+        {"floor.ring_removed_total", "queen_sweeper_floor_ring_removed_total"},
     };
     nlohmann::json j = s.to_json();
     std::set<std::string> leaves;

@@ -1,0 +1,148 @@
+"""The tenants' ring as a table (queen.log_timers_tenants, schema version 27).
+
+The claims under a backlog walk the tenants with pending timers in uuid order
+(log_timers_tenant_ring_v1). The ring is read from a table of its own, entered by the commit
+that writes a tenant's timers (log_timers_at_commit_v1) and tidied beside the cycle
+(log_timers_tenants_tidy_v1), so that finding the next tenant never passes the fired rows a
+snapshot held elsewhere keeps. These tests hold what the table promises: every commit's tenant
+is in it, the ring names only what it holds, the tidy removes only tenants without timers,
+and a ring's walk reads nothing of queen.log_timers but one descent of the tenant's due index.
+"""
+import uuid
+
+from sqlkit import NOW, T1, T2, ms, sched_many
+
+RING = "SELECT queen.log_timers_tenant_ring_v1(%s, %s, %s, %s)"
+
+
+def ring_tenants(q):
+    return [r["tenant_id"] for r in q.all("SELECT tenant_id FROM queen.log_timers_tenants ORDER BY 1")]
+
+
+def tidy(q, max_n=100):
+    return q.one("SELECT queen.log_timers_tenants_tidy_v1(%s)", (max_n,))
+
+
+def index_reads(q, index):
+    """Index entries read from `index` by this database's sessions, as flushed so far
+    (pg_stat_force_next_flush makes this session's counts of the statement before current)."""
+    q.exec("SELECT pg_stat_force_next_flush()")
+    q.exec("SELECT pg_stat_clear_snapshot()")
+    return q.one("SELECT idx_tup_read FROM pg_stat_user_indexes WHERE schemaname = 'queen'"
+                 " AND indexrelname = %s", (index,))
+
+
+def test_a_commit_enters_its_tenants_once_and_a_rename_enters_the_new_tenant(q):
+    sched_many(q, 30, tenant=T1, now=NOW - ms(1000))
+    sched_many(q, 3, tenant=T2, now=NOW - ms(1000))
+    assert ring_tenants(q) == sorted([T1, T2])
+    # a rename that moves a queue's timers to another tenant enters that tenant
+    other = uuid.UUID(int=0x77)
+    q.exec("INSERT INTO queen.queues (tenant_id, name) VALUES (%s, 'q')", (str(T2),))
+    q.exec("UPDATE queen.queues SET tenant_id = %s WHERE tenant_id = %s AND name = 'q'", (str(other), str(T2)))
+    assert q.one("SELECT count(*) FROM queen.log_timers WHERE tenant_id = %s", (str(other),)) == 3
+    assert other in ring_tenants(q)
+
+
+def test_the_ring_names_only_the_tenants_in_its_table(q):
+    """Tenant 1's 300 rows are older than tenant 2's 5; with tenant 2 out of the table a claim
+    under a backlog is the oldest-first walk (tenant 1 only); back in, tenant 2 gets its share."""
+    sched_many(q, 300, tenant=T1, now=NOW - ms(2000), prefix="a")
+    sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
+    q.exec("DELETE FROM queen.log_timers_tenants WHERE tenant_id = %s", (str(T2),))
+    assert q.one(RING, (NOW, None, False, 64)) == [T1]
+    rows = q.claim4(max_rows=64, per_tenant=8, tenants=[])
+    assert {r["tenant_id"] for r in rows} == {T1}
+    q.exec("UPDATE queen.log_timers SET claim_token = NULL, claimed_until = NULL, claim_due = NULL")
+    q.exec("INSERT INTO queen.log_timers_tenants VALUES (%s)", (str(T2),))
+    assert sorted(q.one(RING, (NOW, None, False, 64))) == sorted([T1, T2])
+    rows = q.claim4(max_rows=64, per_tenant=8, tenants=[])
+    assert sum(1 for r in rows if r["tenant_id"] == T2) == 5
+
+
+def test_the_ring_looks_at_1024_tenants_a_call_and_moves_its_place_to_the_last_named(q):
+    """1,500 tenants with a timer due later (none due) and 3 due ones after them: a claim's
+    ring looks at 1,024 and names none, the next goes on from there and names the 3."""
+    later = [uuid.UUID(int=0x10000 + i) for i in range(1500)]
+    q.exec("INSERT INTO queen.log_timers_tenants SELECT unnest(%s::uuid[])", ([str(t) for t in later],))
+    due = [uuid.UUID(int=0x90000 + i) for i in range(3)]
+    for t in due:
+        sched_many(q, 2, tenant=t, now=NOW - ms(1000), prefix="d")
+    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(uuid.UUID(int=0)),))
+    q.exec("BEGIN")
+    assert q.one(RING, (NOW, None, True, 64)) == []
+    assert q.one("SELECT tenant_after FROM queen.log_timers_claim_turn") == later[1023]
+    assert q.one(RING, (NOW, None, True, 2)) == due[:2]
+    assert q.one("SELECT tenant_after FROM queen.log_timers_claim_turn") == due[1]
+    assert q.one(RING, (NOW, None, True, 2)) == due[2:]
+    q.exec("COMMIT")
+
+
+def test_the_tidy_removes_the_tenants_without_timers_and_keeps_the_rest(q):
+    sched_many(q, 4, tenant=T1, now=NOW - ms(1000))
+    sched_many(q, 4, tenant=T2, delay_ms=3_600_000)  # future timers keep a tenant too
+    gone = [uuid.UUID(int=0x500 + i) for i in range(20)]
+    q.exec("INSERT INTO queen.log_timers_tenants SELECT unnest(%s::uuid[])", ([str(t) for t in gone],))
+    assert tidy(q, 5)["looked"] == 5
+    a = tidy(q, 1000)
+    assert a["looked"] + 5 >= 22 and a["tenants"] == 2
+    assert ring_tenants(q) == sorted([T1, T2])
+
+
+def test_the_tidy_passes_an_entry_another_transaction_holds(q, connections):
+    gone = uuid.UUID(int=0x600)
+    q.exec("INSERT INTO queen.log_timers_tenants VALUES (%s)", (str(gone),))
+    other = connections(autocommit=False)
+    other.cursor().execute("SELECT 1 FROM queen.log_timers_tenants WHERE tenant_id = %s FOR UPDATE", (str(gone),))
+    try:
+        assert tidy(q)["removed"] == 0
+    finally:
+        other.rollback()
+    assert tidy(q)["removed"] == 1 and ring_tenants(q) == []
+
+
+def test_the_ring_reads_no_fired_row_of_a_busy_tenant_under_a_held_snapshot(q, connections):
+    """A snapshot held elsewhere keeps every fired row's index entries. Tenant 1 (first in the
+    ring) had 5,000 timers fired; tenant 2 has 5 due. The ring finds both without reading the
+    primary key (where finding the next tenant in queen.log_timers passed tenant 1's dead
+    entries), and its one descent of the due index per tenant starts at the floor."""
+    snap = connections(autocommit=False)
+    c = snap.cursor()
+    c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    c.execute("SELECT count(*) FROM queen.log_timers_tenants")
+    try:
+        sched_many(q, 5000, tenant=T1, now=NOW - ms(10_000), prefix="f")
+        q.exec("DELETE FROM queen.log_timers WHERE tenant_id = %s", (str(T1),))  # fired
+        sched_many(q, 5, tenant=T1, now=NOW - ms(1000), prefix="a")
+        sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
+        q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(uuid.UUID(int=0)),))
+        pk0 = index_reads(q, "log_timers_pkey")
+        due0 = index_reads(q, "log_timers_tenant_due_at_idx")
+        assert q.one(RING, (NOW, NOW - ms(5000), True, 64)) == [T1, T2]
+        pk1 = index_reads(q, "log_timers_pkey")
+        due1 = index_reads(q, "log_timers_tenant_due_at_idx")
+        assert pk1 - pk0 == 0
+        assert due1 - due0 <= 4, due1 - due0  # one live entry found per tenant
+    finally:
+        snap.rollback()
+
+
+def test_a_late_commit_that_rewrote_its_row_after_writing_it_is_still_moved(q, connections):
+    """The commit's trigger moves a late row by its address; a later write of the same
+    transaction that leaves no event of its own (here a payload rewritten by hand) moves the
+    row, and then it is found by its key."""
+    conn = connections(autocommit=False)
+    cur = conn.cursor()
+    cur.execute("SELECT now()")
+    start = cur.fetchone()[0]
+    cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s, 'p', now())",
+                ('[{"op": "schedule", "queue": "q", "timerKey": "x", "delayMs": 0, "txn": "t", "payload": "e30="}]',
+                 str(T1)))
+    cur.execute("UPDATE queen.log_timers SET payload = '\\x7b7d7b7d' WHERE timer_key = 'x'")
+    cur.execute("SELECT pg_sleep(1.2)")
+    cur.execute("SELECT clock_timestamp()")
+    before = cur.fetchone()[0]
+    conn.commit()
+    r = q.one("SELECT row_to_json(t) FROM (SELECT due_at, claimed_until FROM queen.log_timers) t")
+    assert r["claimed_until"] is not None and r["due_at"] == r["claimed_until"]
+    assert q.one("SELECT due_at >= %s FROM queen.log_timers", (before,)) and start < before
