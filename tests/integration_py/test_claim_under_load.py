@@ -213,3 +213,21 @@ def run_with_snapshot_held(q, sweepers, holder):
 
 def q_broker_conninfo(q):
     return q.broker.dsn
+
+
+def test_the_sweeper_tidies_tenants_without_timers_out_of_the_ring(q, sweepers):
+    """The tenants' ring (queen.log_timers_tenants) is entered at each commit and tidied by the
+    sweepers beside the cycle: 40 tenants without a timer go, a tenant with a timer due in an
+    hour stays, and the figures say so."""
+    stale = [uuid.UUID(int=0x9000 + i) for i in range(40)]
+    q.q("INSERT INTO queen.log_timers_tenants SELECT unnest(%s::uuid[])", ([str(s) for s in stale],))
+    q.schedule([op_schedule("kept", "k1", b"x", delay_ms=3_600_000)])
+    assert q.one("SELECT count(*) FROM queen.log_timers_tenants") == 41
+    h = sweepers("tidy")
+    h.start()
+    st = wait_for(lambda: (lambda s: s if s["floor"]["ring_removed_total"] >= 40 else None)(h.stats()),
+                  timeout=30, what="the ring's tidy")
+    assert st["floor"]["ring_tenants"] == 1, st["floor"]
+    assert [r[0] for r in q.q("SELECT tenant_id::text FROM queen.log_timers_tenants")] == [str(TENANT_A)]
+    assert q.timers_left() == 1
+    assert_clean_stop(h)
