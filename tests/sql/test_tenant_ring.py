@@ -146,3 +146,26 @@ def test_a_late_commit_that_rewrote_its_row_after_writing_it_is_still_moved(q, c
     r = q.one("SELECT row_to_json(t) FROM (SELECT due_at, claimed_until FROM queen.log_timers) t")
     assert r["claimed_until"] is not None and r["due_at"] == r["claimed_until"]
     assert q.one("SELECT due_at >= %s FROM queen.log_timers", (before,)) and start < before
+
+
+def test_the_commits_move_of_a_late_row_is_a_tid_scan_whatever_the_tables_size(q, connections):
+    """On a fresh, small table the planner once took (tenant_id, due_at) for the move's lookup
+    by key, which walks a tenant's rows for every row of a large import. The move goes by the
+    row's address: every plan of it (custom and generic, 12 rows) is a TID scan."""
+    conn = connections(autocommit=False)
+    cur = conn.cursor()
+    ops = ",".join('{"op": "schedule", "queue": "q", "timerKey": "k%d", "delayMs": 0, "txn": "t%d", "payload": "e30="}'
+                   % (i, i) for i in range(12))
+    cur.execute("SELECT queen.log_timers_apply_v1(%s::jsonb, %s, 'p', now())", ("[" + ops + "]", str(T1)))
+    cur.execute("SELECT pg_sleep(1.2)")
+    cur.execute("LOAD 'auto_explain'")
+    for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
+                    "auto_explain.log_level = notice", "client_min_messages = notice"):
+        cur.execute("SET " + setting)
+    conn.notices.clear()
+    conn.commit()
+    moves = [n for n in conn.notices if "SET claimed_until = v_clock" in n]
+    assert len(moves) >= 12, len(moves)
+    for plan in moves:
+        assert "Tid Scan" in plan and "log_timers_tenant_due_at_idx" not in plan, plan
+    assert q.one("SELECT count(*) FROM queen.log_timers WHERE claimed_until IS NOT NULL") == 12
