@@ -205,15 +205,35 @@ $apply$;
 
 -- The claim turn (schema version 13): one row that every claim locks FOR UPDATE before
 -- its walk and keeps until its transaction ends, waiting for it under a 50 ms
--- lock_timeout (log_timers_claim_v4, "The turn"). It stores one value: tenant_after, the
--- fleet's place in the tenants' ring (log_timers_tenant_ring_v1), which only a claim
--- holding the turn moves. Deleted by hand, claims walk without it (as before version 13)
--- and start the ring at a random place until the next schema apply puts it back.
+-- lock_timeout (log_timers_claim_v4, "The turn"). Only locked, never updated: a row
+-- version per claim would pile up while a snapshot elsewhere holds the horizon, and every
+-- claim would read them all. Deleted by hand, claims walk without it (as before version 13)
+-- and start the tenants' ring at a random place until the next schema apply puts it back.
 CREATE TABLE IF NOT EXISTS queen.log_timers_claim_turn (
     id smallint PRIMARY KEY CHECK (id = 1)
 );
-ALTER TABLE queen.log_timers_claim_turn ADD COLUMN IF NOT EXISTS tenant_after uuid;
 INSERT INTO queen.log_timers_claim_turn (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
+-- Schema versions 21-26 kept the ring's place in a column of that row (tenant_after), updated
+-- by every claim that walked the ring. Dropped once, behind a catalog check (ACCESS
+-- EXCLUSIVE on the one-row table, brief; every later apply reads the catalog only).
+DO $apply$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_attribute a
+                WHERE a.attrelid = 'queen.log_timers_claim_turn'::regclass AND a.attname = 'tenant_after'
+                  AND NOT a.attisdropped) THEN
+        ALTER TABLE queen.log_timers_claim_turn DROP COLUMN tenant_after;
+    END IF;
+END
+$apply$;
+-- The fleet's place in the tenants' ring (log_timers_tenant_ring_v1): the uuid of the last
+-- tenant a claim holding the turn looked at, as its high and low 64 bits. Sequences, so that
+-- moving the place writes no row version (setval is not transactional: a claim that rolls
+-- back leaves the place moved, which costs nothing); only a claim holding the turn sets or
+-- reads them, so the two halves always belong together. Not yet called: no place.
+CREATE SEQUENCE IF NOT EXISTS queen.log_timers_ring_place_hi
+    MINVALUE -9223372036854775808 MAXVALUE 9223372036854775807 START 0;
+CREATE SEQUENCE IF NOT EXISTS queen.log_timers_ring_place_lo
+    MINVALUE -9223372036854775808 MAXVALUE 9223372036854775807 START 0;
 -- The claims that did not have the turn within its wait, for the whole fleet since the
 -- schema was created: a sequence, so counting takes no lock and survives the failed try's
 -- rollback (log_timers_take_turn_v1; the probe answers it as "turnTimeouts").
@@ -1419,11 +1439,11 @@ $fn$;
 --                                  name int) -> uuid[]
 -- The tenants a claim under a backlog serves first (log_timers_claim_v4, "the ring"): the
 -- tenants with pending timers (queen.log_timers_tenants), in uuid order, form one ring for
--- the whole fleet. From the place after queen.log_timers_claim_turn.tenant_after (with turn
+-- the whole fleet. From the fleet's place (queen.log_timers_ring_place_hi and _lo; with turn
 -- false, or no place yet: after a random uuid), it looks at the next tenants in ring order,
 -- at most 1,024 a call, and names those whose first row at or after floor is due (in flight
 -- or not), at most name (1 to 64), in ring order. With turn (the caller holds the claim
--- turn, so the row is its own), the place moves to the last tenant named when name were
+-- turn, so the place is its own), the place moves to the last tenant named when name were
 -- named, else to the last looked at: the next claim, on any broker, goes on from there.
 -- Looking at a tenant is one descent of log_timers_tenant_due_at_idx from (tenant, floor);
 -- the ring itself is read from queen.log_timers_tenants, where nothing churns, so neither
@@ -1432,7 +1452,7 @@ $fn$;
 -- every ceil(T / 1024) claims (T: tenants with pending timers) and every ceil(D / name)
 -- (D: tenants with due rows).
 -- Internal to the claim: runs in its transaction, as its owner (granted to no role).
--- Locks: none (the update of the turn's row is the caller's, which holds it).
+-- Locks: none (the place's sequences are set only with the turn, which the caller holds).
 CREATE OR REPLACE FUNCTION queen.log_timers_tenant_ring_v1(p_now timestamptz, p_floor timestamptz,
                                                          p_turn boolean, p_name int)
 RETURNS uuid[]
@@ -1450,7 +1470,9 @@ DECLARE
     v_from  timestamptz := coalesce(p_floor, '-infinity'::timestamptz);
 BEGIN
     IF p_turn THEN
-        SELECT c.tenant_after INTO v_start FROM queen.log_timers_claim_turn c WHERE c.id = 1;
+        SELECT (lpad(to_hex(h.last_value), 16, '0') || lpad(to_hex(l.last_value), 16, '0'))::uuid INTO v_start
+          FROM queen.log_timers_ring_place_hi h, queen.log_timers_ring_place_lo l
+         WHERE h.is_called AND l.is_called;
     END IF;
     v_start := coalesce(v_start, gen_random_uuid());
     -- The next 1,024 in ring order: after the place, then from the ring's start up to it.
@@ -1471,7 +1493,10 @@ BEGIN
     v_last := CASE WHEN cardinality(v_named) >= v_name THEN v_named[cardinality(v_named)]
                    ELSE v_look[cardinality(v_look)] END;
     IF p_turn AND v_last IS NOT NULL THEN
-        UPDATE queen.log_timers_claim_turn c SET tenant_after = v_last WHERE c.id = 1;
+        PERFORM setval('queen.log_timers_ring_place_hi',
+                       ('x' || substr(replace(v_last::text, '-', ''), 1, 16))::bit(64)::bigint),
+                setval('queen.log_timers_ring_place_lo',
+                       ('x' || substr(replace(v_last::text, '-', ''), 17, 16))::bit(64)::bigint);
     END IF;
     RETURN v_named;
 END

@@ -53,6 +53,25 @@ def nested_plans(conn, sql, args=None, like=None):
     return out, [n for n in plans if like is None or like in n]
 
 
+def ring_place(q):
+    """The fleet's place in the tenants' ring (the last tenant a claim holding the turn looked
+    at), or None."""
+    return q.one("SELECT (lpad(to_hex(h.last_value), 16, '0') || lpad(to_hex(l.last_value), 16, '0'))::uuid"
+                 " FROM queen.log_timers_ring_place_hi h, queen.log_timers_ring_place_lo l"
+                 " WHERE h.is_called AND l.is_called")
+
+
+def set_ring_place(q, tenant):
+    """Put the fleet's place in the tenants' ring after `tenant` (None: no place)."""
+    if tenant is None:
+        q.exec("SELECT setval('queen.log_timers_ring_place_hi', 0, false), setval('queen.log_timers_ring_place_lo', 0, false)")
+        return
+    hi, lo = divmod(tenant.int, 1 << 64)
+    signed = lambda v: v - (1 << 64) if v >= 1 << 63 else v
+    q.exec("SELECT setval('queen.log_timers_ring_place_hi', %s), setval('queen.log_timers_ring_place_lo', %s)",
+           (signed(hi), signed(lo)))
+
+
 def sched_many(q, n, tenant=T1, delay_ms=0, now=NOW, prefix="k", queue="q"):
     """n timers keyed prefix000000, prefix000001, ... scheduled through q (a Queen) in
     calls of at most 256 ops, every one accepted."""

@@ -17,7 +17,7 @@ import uuid
 
 import psycopg2
 
-from sqlkit import NOW, T1, T2, ms, nested_plans, sched_many
+from sqlkit import NOW, T1, T2, ms, nested_plans, ring_place, sched_many, set_ring_place
 
 SLACK = ms(5000)
 
@@ -232,10 +232,6 @@ def test_a_single_tenants_backlog_is_the_oldest_first_walk_alone(q):
     assert [r["timer_key"] for r in rows] == [f"k{i:06d}" for i in range(200)]
 
 
-def ring_place(q):
-    return q.one("SELECT tenant_after FROM queen.log_timers_claim_turn WHERE id = 1")
-
-
 def test_the_ring_reaches_a_small_tenant_behind_200_busy_tenants_within_four_claims(q):
     """200 busy tenants, 100 rows each due a minute ago; a small tenant's 5 due now, the
     newest rows. Claims of 2,048 under a backlog: each names 64 tenants (2,048 / 32) from
@@ -247,7 +243,7 @@ def test_the_ring_reaches_a_small_tenant_behind_200_busy_tenants_within_four_cla
     for b in busy:
         sched_many(q, 100, tenant=b, now=NOW - ms(60_000), prefix="b")
     sched_many(q, 5, tenant=small, now=NOW, prefix="s")
-    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(busy[0]),))
+    set_ring_place(q, busy[0])
     served = {}
     small_at = None
     for n in range(1, 5):
@@ -273,7 +269,7 @@ def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywher
     and the 54 of the oldest-first walk; outside a backlog (tenants null) tenant 1 gets all."""
     sched_many(q, 100, tenant=T1, now=NOW - ms(2000), prefix="a")
     sched_many(q, 100, tenant=T2, now=NOW - ms(1000), prefix="b")
-    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
+    set_ring_place(q, None)
     other = connections(autocommit=False)
     other.cursor().execute("SELECT 1 FROM queen.log_timers_claim_turn WHERE id = 1 FOR UPDATE")
     timeouts = due2(q)["turnTimeouts"]
@@ -291,7 +287,7 @@ def test_the_ring_moves_only_with_the_turn_and_a_claim_without_it_starts_anywher
     assert ring_place(q) in (T1, T2)
     assert due2(q)["turnTimeouts"] == timeouts + 1
     # no backlog (tenants null): the ring is not walked (tenant 1's rows are all in flight)
-    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = NULL WHERE id = 1")
+    set_ring_place(q, None)
     assert len(claim3(q, max_rows=64, per_tenant=5, tenants=None)) == 64
     assert ring_place(q) is None
 

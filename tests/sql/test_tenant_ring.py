@@ -10,7 +10,7 @@ and a ring's walk reads nothing of queen.log_timers but one descent of the tenan
 """
 import uuid
 
-from sqlkit import NOW, T1, T2, ms, sched_many
+from sqlkit import NOW, T1, T2, ms, ring_place, sched_many, set_ring_place
 
 RING = "SELECT queen.log_timers_tenant_ring_v1(%s, %s, %s, %s)"
 
@@ -68,12 +68,12 @@ def test_the_ring_looks_at_1024_tenants_a_call_and_moves_its_place_to_the_last_n
     due = [uuid.UUID(int=0x90000 + i) for i in range(3)]
     for t in due:
         sched_many(q, 2, tenant=t, now=NOW - ms(1000), prefix="d")
-    q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(uuid.UUID(int=0)),))
+    set_ring_place(q, uuid.UUID(int=0))
     q.exec("BEGIN")
     assert q.one(RING, (NOW, None, True, 64)) == []
-    assert q.one("SELECT tenant_after FROM queen.log_timers_claim_turn") == later[1023]
+    assert ring_place(q) == later[1023]
     assert q.one(RING, (NOW, None, True, 2)) == due[:2]
-    assert q.one("SELECT tenant_after FROM queen.log_timers_claim_turn") == due[1]
+    assert ring_place(q) == due[1]
     assert q.one(RING, (NOW, None, True, 2)) == due[2:]
     q.exec("COMMIT")
 
@@ -115,7 +115,7 @@ def test_the_ring_reads_no_fired_row_of_a_busy_tenant_under_a_held_snapshot(q, c
         q.exec("DELETE FROM queen.log_timers WHERE tenant_id = %s", (str(T1),))  # fired
         sched_many(q, 5, tenant=T1, now=NOW - ms(1000), prefix="a")
         sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
-        q.exec("UPDATE queen.log_timers_claim_turn SET tenant_after = %s WHERE id = 1", (str(uuid.UUID(int=0)),))
+        set_ring_place(q, uuid.UUID(int=0))
         pk0 = index_reads(q, "log_timers_pkey")
         due0 = index_reads(q, "log_timers_tenant_due_at_idx")
         assert q.one(RING, (NOW, NOW - ms(5000), True, 64)) == [T1, T2]
