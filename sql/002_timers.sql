@@ -1187,6 +1187,18 @@ $fn$;
 -- and that one the sweeper's walk from the head finds (log_timers_below_floor_v1, on its
 -- own clock, off the drain's path). A null floor is the index's head (a sweeper's first
 -- probe, a new server after a failover).
+--
+-- Plans under a held snapshot (schema version 29): ANALYZE counts live rows only, so while a
+-- snapshot keeps a million fired rows in the table the planner takes it for the few hundred
+-- that live, and a scan of a whole index range looks as cheap as one descent: a bitmap scan
+-- reads every entry from the floor (or of a tenant) before the first row is returned, where
+-- an index scan in the index's order stops at the LIMIT. So every function that walks the
+-- due index (the probe, the claim, its head, the ring, the walk from the head, a lost
+-- claim's hand-back) pins enable_seqscan and enable_bitmapscan off: each walk is an index
+-- scan from the floor in index order (tests/sql/test_tenant_ring.py asserts the plans with
+-- a table ANALYZEd that way). Measured (tests/bench/load --phases held-row, schema version 27,
+-- before): the ring's descent planned as a bitmap scan of the whole (tenant_id, due_at)
+-- index, 1,062,213 entries, 373 ms.
 
 -- queen.log_timers_due_v2(shards int2[], now, cap int, floor timestamptz, horizon_ms int)
 --   -> jsonb {"now", "nowMs", "nextInMs", "beyond", "due", "dueCapped", "lateMs", "floor",
@@ -1218,7 +1230,7 @@ RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
 -- Planned once per session, as the claim (log_timers_claim_v4): every
 -- statement here walks the due index by range, and the probe runs once a cycle on every
 -- broker, idle or not.
@@ -1363,7 +1375,7 @@ RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
 AS $fn$
     SELECT queen.epoch_ms_v1(t.due_at)
       FROM queen.log_timers t
@@ -1459,7 +1471,8 @@ RETURNS uuid[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_bitmapscan = off
+SET enable_sort = off SET enable_incremental_sort = off  -- each read in the order of the index that serves it
 AS $fn$
 DECLARE
     v_start uuid;
@@ -1484,11 +1497,15 @@ BEGIN
                                    ORDER BY r.tenant_id LIMIT 1024 - cardinality(v_look));
     END IF;
     -- Those with a due row, in ring order (unnest yields the array in order; the LIMIT stops
-    -- the descents at the name-th).
+    -- the descents at the name-th). A scalar subquery in index order, not EXISTS: a semi-join
+    -- may be planned as one scan of the whole index, which the planner prices at nothing when
+    -- ANALYZE saw only the live rows of a table a held snapshot fills with dead ones (300 ms
+    -- a ring measured, tests/sql/test_tenant_ring.py).
     v_named := ARRAY(SELECT u.tn FROM unnest(v_look) AS u(tn)
-                      WHERE EXISTS (SELECT 1 FROM queen.log_timers t
-                                     WHERE (t.tenant_id, t.due_at) >= (u.tn, v_from)
-                                       AND (t.tenant_id, t.due_at) <= (u.tn, p_now))
+                      WHERE (SELECT t.due_at FROM queen.log_timers t
+                              WHERE (t.tenant_id, t.due_at) >= (u.tn, v_from)
+                                AND (t.tenant_id, t.due_at) <= (u.tn, p_now)
+                              ORDER BY t.tenant_id, t.due_at LIMIT 1) IS NOT NULL
                       LIMIT v_name);
     v_last := CASE WHEN cardinality(v_named) >= v_name THEN v_named[cardinality(v_named)]
                    ELSE v_look[cardinality(v_look)] END;
@@ -1575,7 +1592,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_claim_head_v1(p_floor timestamptz, p
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
@@ -1764,7 +1781,7 @@ RETURNS TABLE (tenant_id uuid, queue text, timer_key text, partition text, txn t
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
 SET plan_cache_mode = force_generic_plan SET enable_incremental_sort = off  -- "Plans" above
 AS $fn$
 #variable_conflict use_column
@@ -2164,7 +2181,7 @@ RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
 AS $fn$
 DECLARE
     v_released int;
