@@ -32,6 +32,23 @@ def index_reads(q, index):
                  " AND indexrelname = %s", (index,))
 
 
+def fired_under_a_held_snapshot(q, connections):
+    """A REPEATABLE READ snapshot held on a connection of its own (returned: roll it back),
+    then tenant 1's 5,000 timers fired (deleted: their entries stay), 5 due of tenant 1 and 5 of
+    tenant 2, and ANALYZE, which counts live rows only: the planner takes the table for 10
+    rows, as it does under a held snapshot in production."""
+    snap = connections(autocommit=False)
+    c = snap.cursor()
+    c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    c.execute("SELECT count(*) FROM queen.log_timers_tenants")
+    sched_many(q, 5000, tenant=T1, now=NOW - ms(10_000), prefix="f")
+    q.exec("DELETE FROM queen.log_timers WHERE tenant_id = %s", (str(T1),))  # fired
+    sched_many(q, 5, tenant=T1, now=NOW - ms(1000), prefix="a")
+    sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
+    q.exec("ANALYZE queen.log_timers")
+    return snap
+
+
 def test_a_commit_enters_its_tenants_once_and_a_rename_enters_the_new_tenant(q):
     sched_many(q, 30, tenant=T1, now=NOW - ms(1000))
     sched_many(q, 3, tenant=T2, now=NOW - ms(1000))
@@ -107,19 +124,8 @@ def test_the_ring_reads_no_fired_row_of_a_busy_tenant_under_a_held_snapshot(q, c
     primary key (where finding the next tenant in queen.log_timers passed tenant 1's dead
     entries), and its one descent of the due index per tenant starts at the floor, whatever the
     planner believes of the table's size."""
-    snap = connections(autocommit=False)
-    c = snap.cursor()
-    c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    c.execute("SELECT count(*) FROM queen.log_timers_tenants")
+    snap = fired_under_a_held_snapshot(q, connections)
     try:
-        sched_many(q, 5000, tenant=T1, now=NOW - ms(10_000), prefix="f")
-        q.exec("DELETE FROM queen.log_timers WHERE tenant_id = %s", (str(T1),))  # fired
-        sched_many(q, 5, tenant=T1, now=NOW - ms(1000), prefix="a")
-        sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
-        # ANALYZE counts live rows only: the planner now takes the table for 10 rows, as it
-        # does under a held snapshot in production (a plan that walks the whole index looked
-        # as cheap as one descent, and the bench measured 300 ms a ring)
-        q.exec("ANALYZE queen.log_timers")
         set_ring_place(q, uuid.UUID(int=0))
         pk0 = index_reads(q, "log_timers_pkey")
         due0 = index_reads(q, "log_timers_tenant_due_at_idx")
@@ -182,16 +188,8 @@ def test_every_walk_of_the_due_index_is_an_index_scan_when_analyze_saw_only_live
     descent (the ring took 373 ms so, reading 1,062,213 entries). The probe, the claim (its
     head, its ring, its shares, its oldest-first walk) and the walk from the head are planned
     as index scans in index order, which stop at their LIMIT."""
-    snap = connections(autocommit=False)
-    c = snap.cursor()
-    c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    c.execute("SELECT count(*) FROM queen.log_timers_tenants")
+    snap = fired_under_a_held_snapshot(q, connections)
     try:
-        sched_many(q, 5000, tenant=T1, now=NOW - ms(10_000), prefix="f")
-        q.exec("DELETE FROM queen.log_timers")
-        sched_many(q, 5, tenant=T1, now=NOW - ms(1000), prefix="a")
-        sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
-        q.exec("ANALYZE queen.log_timers")
         floor = NOW - ms(5000)
         for sql, args in (("SELECT queen.log_timers_due_v2(NULL, %s, 2000, %s, NULL)", (NOW, floor)),
                           ("SELECT count(*) FROM queen.log_timers_claim_v4(NULL, %s, 30000, 100, 5, NULL, NULL,"
