@@ -1447,6 +1447,32 @@ BEGIN
 END
 $fn$;
 
+-- queen.log_timers_tenants_after_v1(after uuid, n int) -> uuid[]: the next n (1 to 1,024)
+-- entries of the tenants' ring (queen.log_timers_tenants) in ring order: those after `after`
+-- in uuid order, then from the ring's start up to `after` itself. Shared by the ring and its
+-- tidy. Internal (granted to no role). Locks: none.
+CREATE OR REPLACE FUNCTION queen.log_timers_tenants_after_v1(p_after uuid, p_n int)
+RETURNS uuid[]
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_seqscan = off
+AS $fn$
+DECLARE
+    v_n    int := least(greatest(coalesce(p_n, 1), 1), 1024);
+    v_look uuid[];
+BEGIN
+    v_look := ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r WHERE r.tenant_id > p_after
+                     ORDER BY r.tenant_id LIMIT v_n);
+    IF cardinality(v_look) < v_n THEN
+        v_look := v_look || ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r
+                                   WHERE r.tenant_id <= p_after
+                                   ORDER BY r.tenant_id LIMIT v_n - cardinality(v_look));
+    END IF;
+    RETURN v_look;
+END
+$fn$;
+
 -- queen.log_timers_tenant_ring_v1(now timestamptz, floor timestamptz, turn boolean,
 --                                  name int) -> uuid[]
 -- The tenants a claim under a backlog serves first (log_timers_claim_v4, "the ring"): the
@@ -1488,14 +1514,7 @@ BEGIN
          WHERE h.is_called AND l.is_called;
     END IF;
     v_start := coalesce(v_start, gen_random_uuid());
-    -- The next 1,024 in ring order: after the place, then from the ring's start up to it.
-    v_look := ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r WHERE r.tenant_id > v_start
-                     ORDER BY r.tenant_id LIMIT 1024);
-    IF cardinality(v_look) < 1024 THEN
-        v_look := v_look || ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r
-                                   WHERE r.tenant_id <= v_start
-                                   ORDER BY r.tenant_id LIMIT 1024 - cardinality(v_look));
-    END IF;
+    v_look := queen.log_timers_tenants_after_v1(v_start, 1024);
     -- Those with a due row, in ring order (unnest yields the array in order; the LIMIT stops
     -- the descents at the name-th). A scalar subquery in index order, not EXISTS: a semi-join
     -- may be planned as one scan of the whole index, which the planner prices at nothing when
@@ -1521,7 +1540,7 @@ $fn$;
 
 -- queen.log_timers_tenants_tidy_v1(max int) -> jsonb {"looked": n, "removed": n, "tenants": n}
 -- Removes from the tenants' ring (queen.log_timers_tenants) the tenants that have no timer
--- left: looks at up to max (1 to 1,000) entries from a random place in uuid order and deletes
+-- left: looks at up to max (1 to 1,024) entries from a random place in uuid order and deletes
 -- each whose tenant has no row in queen.log_timers; tenants: the entries left. The sweeper
 -- calls it beside the cycle (the KV prune's sub-clock, every 10 s), never on the drain's
 -- path: the test of a tenant's rows passes the dead entries of its fired rows that a snapshot
@@ -1539,19 +1558,13 @@ SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off
 AS $fn$
 DECLARE
-    v_max     int := least(greatest(coalesce(p_max, 1), 1), 1000);
+    v_max     int := least(greatest(coalesce(p_max, 1), 1), 1024);
     v_start   uuid := gen_random_uuid();
     v_look    uuid[];
     v_tn      uuid;
     v_removed int := 0;
 BEGIN
-    v_look := ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r WHERE r.tenant_id > v_start
-                     ORDER BY r.tenant_id LIMIT v_max);
-    IF cardinality(v_look) < v_max THEN
-        v_look := v_look || ARRAY(SELECT r.tenant_id FROM queen.log_timers_tenants r
-                                   WHERE r.tenant_id <= v_start
-                                   ORDER BY r.tenant_id LIMIT v_max - cardinality(v_look));
-    END IF;
+    v_look := queen.log_timers_tenants_after_v1(v_start, v_max);
     FOREACH v_tn IN ARRAY v_look LOOP
         CONTINUE WHEN EXISTS (SELECT 1 FROM queen.log_timers t WHERE t.tenant_id = v_tn);
         DELETE FROM queen.log_timers_tenants r
