@@ -57,7 +57,7 @@ long long left_in(testdb::Conn &db, const std::string &queue) {
 
 // ---- the call log ------------------------------------------------------------------------
 
-enum class Kind { schema, preface, probe, drain, rollup, prune, backstop };
+enum class Kind { schema, preface, probe, drain, rollup, tidy, prune, backstop };
 
 struct Event {
     steady_clock::time_point at;
@@ -80,6 +80,7 @@ void observe_call(const std::string &sql) {
     if (has("schema_version_v1") || has("CREATE ")) note(Kind::schema, "schema");
     else if (has("log_timers_due_v")) note(Kind::probe, "probe");
     else if (has("kv_usage_step_v2")) note(Kind::rollup, "rollup");
+    else if (has("log_timers_tenants_tidy_v")) note(Kind::tidy, "tidy");  // with the rollup's allowance
     else if (has("kv_expire_step_v1")) note(Kind::prune, "prune");
     else if (has("inet_server_addr") || has("log_timers_in_doubt_v1") || has("release_claims_v"))
         note(Kind::preface, "recovery");  // the cycle's first step after a loss, before its probe
@@ -95,16 +96,18 @@ int fake_sweep(void *, int64_t, queen_sweeper_backstop_result *out) {
 }
 
 // The order of a cycle's calls, where the cycle starts at its probe: the drain's calls, then
-// the rollup, then the prune, each step at most once and never back to an earlier one; what a
-// cycle runs before its probe (the recovery after a loss) closes the one before. The backstop
-// is no step of the cycle and may come anywhere.
+// the rollup, then the tidy of the tenants' ring (on the rollup's allowance), then the prune,
+// each step at most once and never back to an earlier one; what a cycle runs before its probe
+// (the recovery after a loss) closes the one before. The backstop is no step of the cycle and
+// may come anywhere.
 int rank(Kind k) {
     switch (k) {
     case Kind::probe: return 1;
     case Kind::drain: return 2;
     case Kind::rollup: return 3;
-    case Kind::prune: return 4;
-    case Kind::preface: return 5;
+    case Kind::tidy: return 4;
+    case Kind::prune: return 5;
+    case Kind::preface: return 6;
     default: return 0;
     }
 }
@@ -176,7 +179,7 @@ TEST_F(Cycle, ProbeThenDrainThenRollupThenPruneThenSleepWithTheBackstopOnItsOwnT
         if (e.kind == Kind::backstop) {
             ++passes;
             // Between two calls of one cycle: after its probe, before the next cycle begins.
-            if (!cycles.empty() && i + 1 < log.size() && rank(log[i + 1].kind) > 1 && rank(log[i + 1].kind) < 5)
+            if (!cycles.empty() && i + 1 < log.size() && rank(log[i + 1].kind) > 1 && rank(log[i + 1].kind) < 6)
                 ++passes_inside_a_cycle;
             continue;
         }
@@ -194,17 +197,19 @@ TEST_F(Cycle, ProbeThenDrainThenRollupThenPruneThenSleepWithTheBackstopOnItsOwnT
         const auto &cy = cycles[c];
         std::string seq;
         for (auto &e : cy) seq += std::string(e.what) + " ";
-        int last = 0, rollups = 0, prunes = 0;
+        int last = 0, rollups = 0, tidies = 0, prunes = 0;
         bool claim = false, fire = false;
         for (size_t i = 0; i < cy.size(); ++i) {
             EXPECT_GE(rank(cy[i].kind), last) << "cycle " << c << " out of order: " << seq;
             last = rank(cy[i].kind);
             rollups += cy[i].kind == Kind::rollup;
+            tidies += cy[i].kind == Kind::tidy;
             prunes += cy[i].kind == Kind::prune;  // a pass is up to 8 calls, one after the other
             claim = claim || cy[i].what == "claim";
             fire = fire || cy[i].what == "fire";
         }
         EXPECT_LE(rollups, 1) << seq;
+        EXPECT_LE(tidies, 1) << seq;
         EXPECT_LE(prunes, 8) << seq;
         if (claim && fire && rollups == 1 && prunes == 1) ++full;
     }
