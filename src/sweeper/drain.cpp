@@ -162,7 +162,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
             co_await fire_claim(cur, p);
             co_return;
         }
-        const int64_t got = static_cast<int64_t>(cur.rows.size());
+        const int64_t got = static_cast<int64_t>(cur.rows->size());
         p.rows_left += cur.want - got;
         if (got == 0) {
             if (!cur.left_out.empty()) {
@@ -206,8 +206,8 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
             // The drain ends here. A claim already taken ahead goes back at once, unless a
             // stop is under way (the stop hands every held row back together).
             if (ahead > 0) {
-                p.rows_left += ahead - static_cast<int64_t>(next.rows.size());
-                if (next.ok && !ctx_.stopping.load()) co_await hand_back_claim(next.rows, "the drain ended");
+                p.rows_left += ahead - static_cast<int64_t>(next.rows->size());
+                if (next.ok && !ctx_.stopping.load()) co_await hand_back_claim(*next.rows, "the drain ended");
                 if (!next.ok && is_answer_lost(next.error)) recovery_.note_lost("claim", next.error);
             }
             co_return;
@@ -242,7 +242,7 @@ void Drain::after_claim(Claim &c, int64_t contended_before) {
     in.lease_ms = ctx_.cfg.sweeper_lease_ms;
     in.byte_budget = ctx_.cfg.sweeper_claim_max_bytes;
     in.whole = c.whole;
-    in.full = static_cast<int64_t>(c.rows.size()) == c.want;
+    in.full = static_cast<int64_t>(c.rows->size()) == c.want;
     in.elapsed_ms = static_cast<int64_t>(ctx_.now() - c.sent);
     in.claimed_bytes = c.bytes;
     set_batch(next_claim_batch(in));
@@ -323,7 +323,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     {
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         ++ctx_.stats.f.claims_total;
-        ctx_.stats.f.claimed_total += static_cast<int64_t>(out.rows.size());
+        ctx_.stats.f.claimed_total += static_cast<int64_t>(out.rows->size());
         ctx_.stats.f.claimed_bytes_total += out.bytes;
     }
 }
@@ -337,9 +337,9 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
     const int got = r.rows();
     const uint64_t claimed_at = ctx_.now();
     out.ok = true;
-    out.rows.resize(static_cast<size_t>(got));
+    out.rows->resize(static_cast<size_t>(got));
     for (int i = 0; i < got; ++i) {
-        ClaimedTimer &t = out.rows[static_cast<size_t>(i)];
+        ClaimedTimer &t = (*out.rows)[static_cast<size_t>(i)];
         t.tenant = text_of(r, i, C::tenant);
         t.queue = text_of(r, i, C::queue);
         t.timer_key = text_of(r, i, C::timer_key);
@@ -375,7 +375,7 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
                            read_be(r, 0, C::floor_ms, next_floor);
     floor_.note_answer(out.floor, has_floor ? std::optional<int64_t>(next_floor) : std::nullopt, std::nullopt);
     std::set<std::string> tenants;
-    for (const ClaimedTimer &t : out.rows) tenants.insert(t.tenant);
+    for (const ClaimedTimer &t : *out.rows) tenants.insert(t.tenant);
     floor_.note_claim_backlog(out.backlog, got, out.want, static_cast<int64_t>(tenants.size()));
 }
 
@@ -387,12 +387,18 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
 // the cycle backs off and the loop goes on. False: the drain ends.
 Task<bool> Drain::fire_claim(Claim &c, Pass &p) {
     Settled<bool> done = co_await settle(fire_claim_unguarded(c, p));
-    if (!done.error) co_return *done.value;
+    if (!done.error) {
+        // What the claim settled gives its payload back at once; what is kept (shared with
+        // the kept segments) keeps its own, for their later tries and replays.
+        for (ClaimedTimer &t : *c.rows)
+            if (!held_.holds(t)) std::string().swap(t.payload);
+        co_return *done.value;
+    }
     const std::string internal = describe(done.error);
-    if (!ctx_.hard_stop.load()) co_await hand_back_claim(c.rows, "an internal error");
+    if (!ctx_.hard_stop.load()) co_await hand_back_claim(*c.rows, "an internal error");
     PgResult bad;
     bad.origin = Origin::internal;
-    bad.message = "internal error while packing or firing a claim of " + std::to_string(c.rows.size()) +
+    bad.message = "internal error while packing or firing a claim of " + std::to_string(c.rows->size()) +
                   " timer(s): " + internal + "; its claims were handed back";
     p.acc.failed = true;
     ctx_.log.error(bad.message);
@@ -401,7 +407,7 @@ Task<bool> Drain::fire_claim(Claim &c, Pass &p) {
 }
 
 Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
-    std::vector<ClaimedTimer> &rows = c.rows;
+    std::vector<ClaimedTimer> &rows = *c.rows;
     if (!c.undecodable.empty()) {
         // Not the timers' fault: the whole claim goes back (no attempt spent), the cycle backs off.
         co_await hand_back_claim(rows, "an unreadable answer");
@@ -423,7 +429,7 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
         if (ctx_.stopping.load()) co_return false;
         CallPlan plan;
         plan.fire_by = c.fire_by;
-        FireEnd end = co_await fire_batch(rows, batch, plan);
+        FireEnd end = co_await fire_batch(c.rows, batch, plan);
         if (end.refused) refused = std::move(end.refused);
         if (end.ends_drain) break;
     }
@@ -454,10 +460,10 @@ Task<void> Drain::settle_unframed(Claim &c, const PackResult &packed) {
                       "); failing them as permanent, each with its own reason");
         std::map<std::string, std::vector<size_t>> by_reason;
         for (auto &[idx, reason] : packed.rejected) by_reason[reason].push_back(idx);
-        for (auto &[reason, idxs] : by_reason) co_await fail_rows(c.rows, idxs, "cannot be framed: " + reason, "permanent");
+        for (auto &[reason, idxs] : by_reason) co_await fail_rows(*c.rows, idxs, "cannot be framed: " + reason, "permanent");
     }
     if (!packed.deferred.empty()) {
-        co_await hand_back(c.rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()), "inflation budget");
+        co_await hand_back(*c.rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()), "inflation budget");
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         ctx_.stats.f.inflate_deferred_total += static_cast<int64_t>(packed.deferred.size());
     }
@@ -465,7 +471,8 @@ Task<void> Drain::settle_unframed(Claim &c, const PackResult &packed) {
 
 // One fire call for one batch, within its claim's deadline: rows that cannot be fired in
 // time go back instead (due again at once), never fired after their lease.
-Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan) {
+Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch, const CallPlan &plan) {
+    std::vector<ClaimedTimer> &rows = *owner;
     const CallBudget budget = call_budget(ctx_.now(), plan.fire_by, ctx_.cfg.stmt_timeout_ms);
     if (!budget.go) {
         const std::vector<size_t> all = rows_of(batch);
@@ -506,13 +513,13 @@ Task<Drain::FireEnd> Drain::fire_batch(std::vector<ClaimedTimer> &rows, FireBatc
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-    if (r.ok && r.rows() == 1) co_return co_await on_fire_answer(rows, batch, r, plan);
+    if (r.ok && r.rows() == 1) co_return co_await on_fire_answer(owner, batch, r, plan);
     if (r.ok) {
         r.ok = false;
         r.origin = Origin::internal;
         r.message = "the fire returned no row";
     }
-    co_return co_await on_fire_failure(rows, batch, std::move(r), plan);
+    co_return co_await on_fire_failure(owner, batch, std::move(r), plan);
 }
 
 // The figures of one fire, then its announcements: after the commit, never before (a host
@@ -545,8 +552,9 @@ void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch 
 // A fire answered: fired segments are gone from the table and announced, stale ones
 // (rows another broker took) are forgotten and what we still hold of them handed back,
 // busy ones (a partition someone holds) are kept to be tried again later (tally_fire).
-Task<Drain::FireEnd> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
+Task<Drain::FireEnd> Drain::on_fire_answer(const ClaimRows &owner, FireBatch &batch, const PgResult &r,
                                             const CallPlan &plan) {
+    std::vector<ClaimedTimer> &rows = *owner;
     FireAnswer answer;
     try {
         injected(g_test_fault_fire_answer, "reading a fire's answer");
@@ -584,16 +592,17 @@ Task<Drain::FireEnd> Drain::on_fire_answer(std::vector<ClaimedTimer> &rows, Fire
         again.wait = br.wait;
         again.lock_wait_ms = br.lock_wait_ms;
         again.tries = 1;
-        FireEnd end = co_await fire_batch(rows, t.busy, again);
+        FireEnd end = co_await fire_batch(owner, t.busy, again);
         end.ends_drain = false;  // this claim's other batches are still fired; a refusal is passed on
         co_return end;
     }
-    keep(rows, std::move(t.busy), plan, std::max<int64_t>(plan.tries, 1));
+    keep(owner, std::move(t.busy), plan, std::max<int64_t>(plan.tries, 1));
     co_return FireEnd{};
 }
 
-Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
+Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &batch, PgResult r,
                                             const CallPlan &plan) {
+    std::vector<ClaimedTimer> &rows = *owner;
     const ErrorClass cls = classify(r);
     // A lock wait that ran out is a partition still held (busy), not a failed fire.
     if (!is_lock_timeout(r)) {
@@ -634,7 +643,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
         recovery_.park_fire(rows, batch, !is_read_only(r) && !is_never_sent(r));
         co_return FireEnd{};
     case FailedFire::busy:
-        keep(rows, std::move(batch), plan, std::max<int64_t>(plan.tries, 1));
+        keep(owner, std::move(batch), plan, std::max<int64_t>(plan.tries, 1));
         co_return FireEnd{};
     case FailedFire::hand_back:
         // A privilege or schema mistake (class 42) or our own error is never one timer's
@@ -643,7 +652,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
         co_await hand_back(rows, all, static_cast<int64_t>(all.size()), "a refused fire");
         co_return FireEnd{true, std::move(r)};
     case FailedFire::isolate: {
-        FireEnd end = co_await isolate(rows, batch, plan);
+        FireEnd end = co_await isolate(owner, batch, plan);
         end.ends_drain = false;  // the claim's other batches are still fired; a refusal is passed on
         co_return end;
     }
@@ -661,15 +670,16 @@ Task<Drain::FireEnd> Drain::on_fire_failure(std::vector<ClaimedTimer> &rows, Fir
 // Replays a permanently failed batch one timer per call: the poisoned one fails alone and
 // the others are delivered, instead of the whole batch waiting on it. Each call keeps the
 // claim's deadline; what is past it goes back.
-Task<Drain::FireEnd> Drain::isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan) {
+Task<Drain::FireEnd> Drain::isolate(const ClaimRows &owner, FireBatch &batch, const CallPlan &plan) {
     CallPlan one_plan = plan;
     one_plan.isolating = true;
     one_plan.wait = false;
     FireEnd out;
     for (size_t idx : rows_of(batch)) {
         if (ctx_.stopping.load()) co_return out;  // the rest is handed back at stop
-        std::vector<ClaimedTimer> one{rows[idx]};
-        PackResult p = pack_timers(one, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+        // The row itself, with its own payload, whether this batch is a first try or kept.
+        const ClaimRows one = std::make_shared<std::vector<ClaimedTimer>>(1, (*owner)[idx]);
+        PackResult p = pack_timers(*one, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
         for (auto &b : p.batches) {
             FireEnd end = co_await fire_batch(one, b, one_plan);
             if (end.refused) out.refused = std::move(end.refused);
@@ -755,18 +765,12 @@ Task<void> Drain::hand_back_claim(std::vector<ClaimedTimer> &rows, const char *w
     if (!still.empty()) co_await hand_back(rows, still, static_cast<int64_t>(still.size()), why);
 }
 
-// Busy segments are kept, still claimed and held, with copies of only what their fire
-// needs (the payloads are in the packed blobs), to be tried again after busy_retry(tries).
-void Drain::keep(const std::vector<ClaimedTimer> &rows, FireBatch busy, const CallPlan &plan, int64_t tries) {
+// Busy segments are kept, still claimed and held, to be tried again after busy_retry(tries):
+// the batch's indexes stay indexes into the claim's own rows, which the kept segments share
+// with the claim (a replay of them one timer per call packs each row's own payload).
+void Drain::keep(const ClaimRows &rows, FireBatch busy, const CallPlan &plan, int64_t tries) {
     Kept k;
-    for (PackedSegment &seg : busy.segments)
-        for (size_t &idx : seg.rows) {
-            ClaimedTimer t = rows[idx];
-            t.payload.clear();
-            t.payload.shrink_to_fit();
-            idx = k.rows.size();
-            k.rows.push_back(std::move(t));
-        }
+    k.rows = rows;
     k.batch = std::move(busy);
     k.fire_by = plan.fire_by;
     k.tries = tries;

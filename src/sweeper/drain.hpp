@@ -19,6 +19,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@
 #include "sweeper/recovery.hpp"
 
 namespace qsw {
+
+// A claim's rows, shared by what still has a part of them to fire (the claim's own pass,
+// its kept segments): a kept segment is the claim's rows themselves, never a copy of part
+// of them, so a later replay of it (one timer per call) packs each row's own payload.
+using ClaimRows = std::shared_ptr<std::vector<ClaimedTimer>>;
 
 // (tenant, queue, partition) of a kept segment.
 using PartitionKey = std::array<std::string, 3>;
@@ -79,7 +85,7 @@ private:
         uint64_t fire_by = 0;  // fire_deadline of the send
         bool ok = false;
         PgResult error;                  // when !ok
-        std::vector<ClaimedTimer> rows;  // decoded, each held in held_
+        ClaimRows rows = std::make_shared<std::vector<ClaimedTimer>>();  // decoded, each held in held_
         std::string undecodable;         // a column that did not decode (the claim goes back)
         FloorTicket floor;               // the floor it was sent with
         bool backlog = false;  // sent under a backlog: the claim named tenants from the ring
@@ -95,7 +101,7 @@ private:
     };
     // Segments of a partition someone else holds, still claimed, to be tried again.
     struct Kept {
-        std::vector<ClaimedTimer> rows;  // only what the fire needs: the payloads are in the blobs
+        ClaimRows rows;  // the claim's rows (batch indexes into them)
         FireBatch batch;
         uint64_t fire_by = 0;
         uint64_t next_try = 0;
@@ -123,19 +129,17 @@ private:
     Task<bool> fire_claim(Claim &c, Pass &p);
     Task<bool> fire_claim_unguarded(Claim &c, Pass &p);
     Task<void> settle_unframed(Claim &c, const PackResult &packed);
-    Task<FireEnd> fire_batch(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
-    Task<FireEnd> on_fire_answer(std::vector<ClaimedTimer> &rows, FireBatch &batch, const PgResult &r,
-                                 const CallPlan &plan);
+    Task<FireEnd> fire_batch(const ClaimRows &rows, FireBatch &batch, const CallPlan &plan);
+    Task<FireEnd> on_fire_answer(const ClaimRows &rows, FireBatch &batch, const PgResult &r, const CallPlan &plan);
     void publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t);
-    Task<FireEnd> on_fire_failure(std::vector<ClaimedTimer> &rows, FireBatch &batch, PgResult r,
-                                  const CallPlan &plan);
-    Task<FireEnd> isolate(std::vector<ClaimedTimer> &rows, FireBatch &batch, const CallPlan &plan);
+    Task<FireEnd> on_fire_failure(const ClaimRows &rows, FireBatch &batch, PgResult r, const CallPlan &plan);
+    Task<FireEnd> isolate(const ClaimRows &rows, FireBatch &batch, const CallPlan &plan);
     Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
                          const std::string &cls);
     Task<void> hand_back(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected,
                          const char *why);
     Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why);
-    void keep(const std::vector<ClaimedTimer> &rows, FireBatch busy, const CallPlan &plan, int64_t tries);
+    void keep(const ClaimRows &rows, FireBatch busy, const CallPlan &plan, int64_t tries);
     Task<std::optional<PgResult>> retry_kept();  // a refusal of one of their fires
     void after_claim(Claim &c, int64_t contended_before);
     bool contended_recently() const { return ctx_.now() < contended_until_; }

@@ -10,7 +10,7 @@ queen.log_dlq under consumer group '__timer__'."""
 import json
 import time
 
-from queenkit import TENANT_A, assert_clean_stop, op_schedule, wait_for
+from queenkit import TENANT_A, assert_clean_stop, connect, op_schedule, wait_for
 
 QUEUE = "poisoned"
 
@@ -79,3 +79,40 @@ def test_one_poisoned_timer_does_not_hold_back_199_and_ends_in_the_dlq(q, sweepe
     txns = sorted(f.txn for *_x, f in q.delivered(TENANT_A, QUEUE))
     assert txns == sorted(op["txn"] for op in good)
     assert q.one("SELECT count(*) FROM queen.log_partitions WHERE name = 'poison'") == 0
+
+
+def test_a_kept_batch_replayed_one_by_one_fires_each_timer_with_its_own_payload(q, sweepers, conninfo):
+    """A fire whose segments came back busy keeps them, still claimed, and tries them again
+    later. When that later try fails as a whole for a permanent reason, the batch is replayed
+    one timer per call: each of those calls must carry the timer's own payload, exactly as a
+    first try's replay does (the kept segments are the claim's rows, not copies of part of
+    them)."""
+    _install_poison_trigger(q, "poison")
+    host = connect(conninfo, autocommit=False)
+    try:
+        # The host creates queue 'kept' and holds its name: every segment of that queue
+        # comes back busy (provision busy) and is kept.
+        with host.cursor() as cur:
+            cur.execute("SELECT queue_id FROM queen.log_provision_v1(%s::uuid, 'kept', 'p0')", (TENANT_A,))
+        payloads = {f"txn-good{i}": json.dumps({"n": i, "pad": "x" * 40}).encode() for i in range(5)}
+        good = [op_schedule("kept", f"good{i}", payloads[f"txn-good{i}"], partition="good") for i in range(5)]
+        poison = op_schedule("kept", "poison-key", b'{"poison": true}', partition="poison", txn="txn-poison")
+        q.schedule([poison] + good)
+        h = sweepers("kept-poison", sweeper_max_attempts=1, sweeper_backoff_min_ms=8000,
+                     sweeper_backoff_max_ms=9000, sweeper_claim_batch=50)
+        h.start()
+        wait_for(lambda: h.stats()["busy_kept_segments"] >= 2, 30, 0.02, "both segments kept")
+        host.commit()
+        wait_for(lambda: q.one("SELECT count(*) FROM queen.log_dlq") == 1, 30, 0.05, "the poisoned timer in the DLQ")
+        wait_for(lambda: q.one("SELECT coalesce(sum(count), 0) FROM queen.log_segments") == 5, 30, 0.05,
+                 "the 5 good timers")
+        st = h.stats()
+        assert_clean_stop(h)
+    finally:
+        host.close()
+    print(f"\n[kept poison] fired {st['fired_total']} poisoned {st['poisoned_total']} dlq {st['dlq_total']} "
+          f"busy retries {st['busy_retries_total']}")
+    assert st["busy_retries_total"] >= 1, "the segments were never kept and tried again"
+    assert st["poisoned_total"] >= 1, "the kept batch was not replayed one by one"
+    got = {f.txn: f.payload for *_x, f in q.delivered(TENANT_A, "kept")}
+    assert got == payloads, "a kept timer fired with another payload than its own"
