@@ -168,6 +168,7 @@ nlohmann::json Stats::to_json() {
     j["db_state"] = p.db_state.empty() ? "connecting" : p.db_state;
     j["failover"] = x.failover.to_json();
     j["floor"] = x.floor.to_json();
+    j["claims"] = x.claims.to_json();
     j["db_last_error"] = p.last_error;
     j["pool"] = {{"connections", p.connections},
                  {"idle", p.idle},
@@ -567,6 +568,22 @@ std::string Stats::to_prometheus() {
         m.family("floor_ring_removed_total", "counter",
                  "Tenants without timers this broker's tidies removed from the tenants' ring.")
             .sample(fl.ring_removed_total);
+    }
+
+    // The claim book: the claimed rows this sweeper holds, by state.
+    {
+        const ClaimBookStats &c = x.claims;
+        m.family("claims", "gauge",
+                 "Claimed rows this sweeper holds, by state: claimed (not in a call), firing (in a fire call), "
+                 "kept (a busy segment, tried again later), parked (a call's answer lost).")
+            .sample(c.claimed, L{{"state", "claimed"}})
+            .sample(c.firing, L{{"state", "firing"}})
+            .sample(c.kept, L{{"state", "kept"}})
+            .sample(c.parked, L{{"state", "parked"}});
+        m.family("claims_refused_moves_total", "counter",
+                 "Moves of a claimed row the claim book refused (settled twice, sent while in flight): a bug of "
+                 "this library; each is logged.")
+            .sample(c.refused_moves_total);
     }
 
     // A lost connection and what followed it.

@@ -126,6 +126,21 @@ struct FloorFigures {
     }
 };
 
+// The claim book (sweeper/claim_book.hpp): the claimed rows this sweeper holds, by state,
+// and the moves it refused (a bug of this library if ever above 0).
+struct ClaimBookStats {
+    int64_t claimed = 0, firing = 0, kept = 0, parked = 0;
+    int64_t refused_moves_total = 0;
+
+    nlohmann::json to_json() const {
+        return {{"claimed", claimed},
+                {"firing", firing},
+                {"kept", kept},
+                {"parked", parked},
+                {"refused_moves_total", refused_moves_total}};
+    }
+};
+
 struct FailoverFigures {
     int64_t lost_total = 0;              // drain calls that got no answer (connection, deadline, read-only)
     int64_t last_lost_unix_ms = -1;
@@ -279,6 +294,7 @@ struct Figures {
     PoolFigures pool;
     FailoverFigures failover;
     FloorFigures floor;
+    ClaimBookStats claims;
     CallFigures probe_calls, claim_calls;
     nlohmann::json config = nlohmann::json::object();
 };

@@ -195,7 +195,7 @@ int64_t Sweeper::sleep_after(DrainStep d, bool kv_work) {
     return ms;
 }
 
-// A cycle that threw: what it held is still in held_ and goes back on the next cycle's
+// A cycle that threw: what it held is still in the claim book and goes back on the next cycle's
 // hand-backs or at stop; the failure is counted and the next cycle comes after a backoff.
 int64_t Sweeper::cycle_crashed(const std::string &why) {
     PgResult bad;
@@ -240,10 +240,10 @@ namespace qsw {
 // that committed; what is left of them is released with the rest.
 Task<void> Sweeper::release_held() {
     if (recovery_->has_parked() && pool_->up()) co_await recovery_->run();
-    if (held_.empty()) co_return;
+    if (book_.empty()) co_return;
     std::vector<RowRef> rows;
-    rows.reserve(held_.size());
-    held_.for_each([&](std::string_view tenant, std::string_view queue, std::string_view key, std::string_view tok) {
+    rows.reserve(book_.size());
+    book_.for_each([&](std::string_view tenant, std::string_view queue, std::string_view key, std::string_view tok) {
         rows.push_back(RowRef{std::string(tenant), std::string(queue), std::string(key), std::string(tok)});
     });
     std::optional<int64_t> n = co_await release_rows(*ctx_, rows, cfg_.stmt_timeout_ms, "release at stop");
@@ -251,7 +251,8 @@ Task<void> Sweeper::release_held() {
         log_.warn("could not release " + std::to_string(rows.size()) + " claim(s) at stop; they lapse with their lease");
         co_return;
     }
-    held_.clear();
+    book_.settle_all();
+    publish_pool();
     recovery_->forget_parked();
     {
         std::lock_guard<std::mutex> g(stats_.mu);

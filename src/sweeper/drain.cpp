@@ -264,7 +264,7 @@ void Drain::reset_batch() { set_batch(ctx_.cfg.sweeper_claim_batch); }
 // ---- The claim -------------------------------------------------------------------------
 
 // One claim call: its id made here, its rows decoded (every column checked) and each held
-// in held_ at once, so a stop or a lost fire hands it back whether or not it was packed.
+// in the claim book at once, so a stop or a lost fire hands it back whether or not it was packed.
 // Never throws: an internal error is the claim's error, its rows handed back.
 Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, bool whole, bool ahead,
                              Claim &out) {
@@ -344,7 +344,7 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
         t.queue = text_of(r, i, C::queue);
         t.timer_key = text_of(r, i, C::timer_key);
         t.claim_token = text_of(r, i, C::claim_token);
-        held_.hold(t);
+        book_.enter(t);
         t.partition = text_of(r, i, C::partition);
         t.txn = text_of(r, i, C::txn);
         t.payload = text_of(r, i, C::payload);
@@ -391,7 +391,7 @@ Task<bool> Drain::fire_claim(Claim &c, Pass &p) {
         // What the claim settled gives its payload back at once; what is kept (shared with
         // the kept segments) keeps its own, for their later tries and replays.
         for (ClaimedTimer &t : *c.rows)
-            if (!held_.holds(t)) std::string().swap(t.payload);
+            if (!book_.holds(t)) std::string().swap(t.payload);
         co_return *done.value;
     }
     const std::string internal = describe(done.error);
@@ -509,6 +509,7 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
     args.tokens = std::move(tokens).finish();
     args.wait = plan.wait;
     if (every_tid) args.tids = std::move(tids).finish();
+    move_rows(rows, batch, RowEvent::sent);
     Query q = fire_query(std::move(args));
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
@@ -575,7 +576,7 @@ Task<Drain::FireEnd> Drain::on_fire_answer(const ClaimRows &owner, FireBatch &ba
         co_return FireEnd{false, std::move(bad)};
     }
     FireTally t = tally_fire(answer, batch, rows, static_cast<int64_t>(ctx_.now()));
-    for (size_t idx : t.done_rows) held_.forget(rows[idx]);
+    for (size_t idx : t.done_rows) book_.move(rows[idx], RowEvent::settled);
     publish_fire(rows, batch, t);
     // A row the fire could not lock is not necessarily lost to us: another broker's claim
     // may have held it for an instant (SKIP LOCKED) while our token is still on it. A
@@ -584,7 +585,10 @@ Task<Drain::FireEnd> Drain::on_fire_answer(const ClaimRows &owner, FireBatch &ba
     // them back now, token-matched, instead of leaving them to the lease.
     if (t.stale_unheld > 0 && !ctx_.hard_stop.load())
         co_await hand_back(rows, t.stale_rows, t.stale_unheld, "stale rows");
+    else
+        for (size_t idx : t.stale_rows) book_.move(rows[idx], RowEvent::settled);
     if (t.busy.segments.empty()) co_return FireEnd{};
+    move_rows(rows, t.busy, RowEvent::busy);  // kept, or tried again at once (sent again)
     if (plan.tries == 0 && !ctx_.stopping.load()) {
         // Try 0: at once, waiting a little for the partition (busy_retry(0)).
         const BusyRetry br = busy_retry(0);
@@ -643,6 +647,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &b
         recovery_.park_fire(rows, batch, !is_read_only(r) && !is_never_sent(r));
         co_return FireEnd{};
     case FailedFire::busy:
+        move_rows(rows, batch, RowEvent::busy);
         keep(owner, std::move(batch), plan, std::max<int64_t>(plan.tries, 1));
         co_return FireEnd{};
     case FailedFire::hand_back:
@@ -652,6 +657,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &b
         co_await hand_back(rows, all, static_cast<int64_t>(all.size()), "a refused fire");
         co_return FireEnd{true, std::move(r)};
     case FailedFire::isolate: {
+        move_rows(rows, batch, RowEvent::call_failed);  // out of any call, each sent again alone
         FireEnd end = co_await isolate(owner, batch, plan);
         end.ends_drain = false;  // the claim's other batches are still fired; a refusal is passed on
         co_return end;
@@ -719,7 +725,7 @@ Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<s
         recovery_.park_rows(rows, which);  // still ours: handed back once connected again
         co_return;
     }
-    for (size_t idx : which) held_.forget(rows[idx]);
+    for (size_t idx : which) book_.move(rows[idx], RowEvent::settled);
     const FailAnswer a = read_fail_answer(r);
     if (!a.readable) {
         // The claims lapse with their lease: the lease is the net under a failed failure.
@@ -752,7 +758,7 @@ Task<void> Drain::hand_back(std::vector<ClaimedTimer> &rows, const std::vector<s
         if (!n) break;
         released += *n;
     }
-    for (size_t idx : which) held_.forget(rows[idx]);
+    for (size_t idx : which) book_.move(rows[idx], RowEvent::settled);
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
     ctx_.stats.f.released_total += released;
 }
@@ -761,7 +767,7 @@ Task<void> Drain::hand_back(std::vector<ClaimedTimer> &rows, const std::vector<s
 Task<void> Drain::hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why) {
     std::vector<size_t> still;
     for (size_t i = 0; i < rows.size(); ++i)
-        if (held_.holds(rows[i])) still.push_back(i);
+        if (book_.holds(rows[i])) still.push_back(i);
     if (!still.empty()) co_await hand_back(rows, still, static_cast<int64_t>(still.size()), why);
 }
 
@@ -779,6 +785,12 @@ void Drain::keep(const ClaimRows &rows, FireBatch busy, const CallPlan &plan, in
     std::lock_guard<std::mutex> g(ctx_.stats.mu);
     ctx_.stats.f.busy_kept_segments = 0;
     for (const Kept &x : kept_) ctx_.stats.f.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
+}
+
+// Moves every row of a batch in the claim book.
+void Drain::move_rows(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, RowEvent e) {
+    for (const PackedSegment &seg : batch.segments)
+        for (size_t idx : seg.rows) book_.move(rows[idx], e);
 }
 
 // Tries again the kept segments whose time has come, each with its claim's deadline (past

@@ -30,7 +30,7 @@
 #include "codec/packer.hpp"
 #include "pg/calls.hpp"
 #include "pg/pg_conn.hpp"
-#include "sweeper/claims.hpp"
+#include "sweeper/claim_book.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/drain_policy.hpp"
 #include "sweeper/fire_tally.hpp"
@@ -50,8 +50,8 @@ using PartitionKeys = std::vector<PartitionKey>;
 
 class Drain {
 public:
-    Drain(LoopContext &ctx, HeldClaims &held, Recovery &recovery, DueFloor &floor)
-        : ctx_(ctx), held_(held), recovery_(recovery), floor_(floor) {}
+    Drain(LoopContext &ctx, ClaimBook &book, Recovery &recovery, DueFloor &floor)
+        : ctx_(ctx), book_(book), recovery_(recovery), floor_(floor) {}
 
     struct Result {
         int64_t moved = 0;     // rows that left the table (fired, duplicate) or failed over
@@ -85,7 +85,7 @@ private:
         uint64_t fire_by = 0;  // fire_deadline of the send
         bool ok = false;
         PgResult error;                  // when !ok
-        ClaimRows rows = std::make_shared<std::vector<ClaimedTimer>>();  // decoded, each held in held_
+        ClaimRows rows = std::make_shared<std::vector<ClaimedTimer>>();  // decoded, each entered in the book
         std::string undecodable;         // a column that did not decode (the claim goes back)
         FloorTicket floor;               // the floor it was sent with
         bool backlog = false;  // sent under a backlog: the claim named tenants from the ring
@@ -140,6 +140,7 @@ private:
                          const char *why);
     Task<void> hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why);
     void keep(const ClaimRows &rows, FireBatch busy, const CallPlan &plan, int64_t tries);
+    void move_rows(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, RowEvent e);
     Task<std::optional<PgResult>> retry_kept();  // a refusal of one of their fires
     void after_claim(Claim &c, int64_t contended_before);
     bool contended_recently() const { return ctx_.now() < contended_until_; }
@@ -147,7 +148,7 @@ private:
     void set_batch(int64_t rows);
 
     LoopContext &ctx_;
-    HeldClaims &held_;
+    ClaimBook &book_;  // each claimed row's state (claim_book.hpp)
     Recovery &recovery_;
     DueFloor &floor_;
     int64_t batch_ = 0;  // 0 until the first drain: then sweeper_claim_batch

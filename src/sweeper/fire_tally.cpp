@@ -33,6 +33,7 @@ FireTally tally_fire(const FireAnswer &answer, const FireBatch &batch, const std
             t.released += sa.held;
             t.stale_unheld += static_cast<int64_t>(seg.count) - sa.held;
             t.stale_rows.insert(t.stale_rows.end(), seg.rows.begin(), seg.rows.end());
+            continue;  // settled by their hand-back, not here
         } else if (sa.status == FireSegStatus::duplicate) {
             t.dup += sa.duplicates;
             t.released += sa.released;

@@ -24,8 +24,8 @@ struct FireTally {
     std::vector<int64_t> lags;                            // each fired timer's lateness, ms (>= 0)
     std::vector<std::pair<size_t, int64_t>> fired_notes;  // (segment, base offset), to announce
     FireBatch busy;                                       // still claimed and held: kept
-    std::vector<size_t> stale_rows;                       // rows of stale segments: handed back
-    std::vector<size_t> done_rows;                        // rows of every segment not busy: no longer held
+    std::vector<size_t> stale_rows;                       // rows of stale segments: handed back (settled so)
+    std::vector<size_t> done_rows;                        // rows of every other segment not busy: settled
 };
 
 // `rows` are the batch's claimed rows (segments index into them); a row's late_ms is its

@@ -169,7 +169,10 @@ void Recovery::park_fire(const std::vector<ClaimedTimer> &rows, const FireBatch 
     int64_t n = 0;
     for (const PackedSegment &seg : batch.segments) {
         ParkedSegment ps{seg.tenant, seg.queue, seg.partition, seg.count, seg.hashes, {}};
-        for (size_t idx : seg.rows) ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
+        for (size_t idx : seg.rows) {
+            ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
+            book_.move(rows[idx], RowEvent::answer_lost);
+        }
         n += static_cast<int64_t>(seg.rows.size());
         pf.segments.push_back(std::move(ps));
     }
@@ -182,6 +185,7 @@ void Recovery::park_rows(const std::vector<ClaimedTimer> &rows, const std::vecto
     for (size_t idx : which) {
         ParkedSegment ps{rows[idx].tenant, rows[idx].queue, rows[idx].partition, 0, {}, {}};
         ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
+        book_.move(rows[idx], RowEvent::answer_lost);
         pf.segments.push_back(std::move(ps));
     }
     add_parked(std::move(pf), static_cast<int64_t>(which.size()));
@@ -396,7 +400,7 @@ Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen)
         // Committed, answer lost: the host hears of it now, once, and never again.
         for (const auto &[s, base] : fp.announce) {
             const ParkedSegment &ps = pf.segments[s];
-            for (const auto &kt : ps.rows) held_.forget(ps.tenant, ps.queue, kt.first);
+            for (const auto &[key, token] : ps.rows) book_.move(ps.tenant, ps.queue, key, token, RowEvent::settled);
             ctx_.announce(ps.tenant, ps.queue, ps.partition, static_cast<uint32_t>(ps.count), base);
         }
         for (size_t s : fp.release) {
@@ -430,7 +434,7 @@ Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen)
 void Recovery::drop_decided(const std::vector<size_t> &decided, int64_t released) {
     for (auto it = decided.rbegin(); it != decided.rend(); ++it) {
         for (const ParkedSegment &ps : parked_[*it].segments)
-            for (const auto &kt : ps.rows) held_.forget(ps.tenant, ps.queue, kt.first);
+            for (const auto &[key, token] : ps.rows) book_.move(ps.tenant, ps.queue, key, token, RowEvent::settled);
         parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(*it));
     }
     int64_t still = 0;
@@ -476,7 +480,7 @@ Task<void> Recovery::release_parked_unchecked() {
                 ++(*released == n ? fo.in_doubt_not_fired_total : fo.in_doubt_unknown_total);
             }
         }
-        for (const RowRef &r : rows) held_.forget(r.tenant, r.queue, r.timer_key);
+        for (const RowRef &r : rows) book_.move(r.tenant, r.queue, r.timer_key, r.claim_token, RowEvent::settled);
         parked_.erase(parked_.begin());
     }
 }

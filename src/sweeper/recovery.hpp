@@ -20,7 +20,7 @@
 #include "base/task.hpp"
 #include "codec/packer.hpp"
 #include "pg/pg_conn.hpp"
-#include "sweeper/claims.hpp"
+#include "sweeper/claim_book.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/handback.hpp"
 #include "sweeper/recovery_policy.hpp"
@@ -42,7 +42,7 @@ bool is_new_server(const ServerIdentity &before, const ServerIdentity &now);
 
 class Recovery {
 public:
-    Recovery(LoopContext &ctx, HeldClaims &held) : ctx_(ctx), held_(held) {}
+    Recovery(LoopContext &ctx, ClaimBook &book) : ctx_(ctx), book_(book) {}
 
     // At the start of every cycle: after any lost connection, identify the server again,
     // hand back lost claims, resolve parked fires.
@@ -110,7 +110,7 @@ private:
     void add_parked(ParkedFire pf, int64_t rows);
 
     LoopContext &ctx_;
-    HeldClaims &held_;
+    ClaimBook &book_;
     std::vector<ParkedFire> parked_;
     std::vector<LostClaim> lost_claims_;
     std::deque<Announced> announced_;       // the last kAnnouncedWindowMs of announcements

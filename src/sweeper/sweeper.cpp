@@ -168,9 +168,9 @@ void Sweeper::make_pool_and_phases() {
                                                      [this](const std::string &ph, const PgResult &r) { note_error(ph, r); },
                                                      [this](const std::string &ph, const PgResult &r) { cycle_failed(ph, r); },
                                                      [this] { publish_pool(); }});
-    recovery_ = std::make_unique<Recovery>(*ctx_, held_);
+    recovery_ = std::make_unique<Recovery>(*ctx_, book_);
     floor_ = std::make_unique<DueFloor>(*ctx_);
-    drain_ = std::make_unique<Drain>(*ctx_, held_, *recovery_, *floor_);
+    drain_ = std::make_unique<Drain>(*ctx_, book_, *recovery_, *floor_);
     sub_clocks_ = std::make_unique<SubClocks>(*ctx_);
     schema_ = std::make_unique<SchemaStep>(*ctx_, readiness_, [this](int64_t ms) { return bell_.sleep_for(ms); });
 }
@@ -292,6 +292,24 @@ void Sweeper::publish_pool() {
     std::lock_guard<std::mutex> g(stats_.mu);
     stats_.f.pool = std::move(p);
     stats_.f.log_lines_suppressed_total = suppressed;
+    publish_book_locked();
+}
+
+// The claim book's figures, and what it refused since the last time (a bug of this library:
+// said once per interval with its count, never silently).
+void Sweeper::publish_book_locked() {
+    const ClaimBookFigures &b = book_.figures();
+    auto &c = stats_.f.claims;
+    c.claimed = b.by_state[static_cast<size_t>(RowState::claimed)];
+    c.firing = b.by_state[static_cast<size_t>(RowState::firing)];
+    c.kept = b.by_state[static_cast<size_t>(RowState::kept)];
+    c.parked = b.by_state[static_cast<size_t>(RowState::parked)];
+    c.refused_moves_total = b.illegal_moves_total;
+    const std::string refused = book_.take_refusal();
+    if (!refused.empty())
+        log_.limited(QUEEN_SWEEPER_LOG_ERROR, "claim-book", "claim book: " + refused + " (a bug of this library; "
+                     "the row's claim is settled by its lease or handed back at stop)",
+                     static_cast<int64_t>(uv_now(&loop_)));
 }
 
 void Sweeper::note_error(const std::string &phase, const PgResult &r) {

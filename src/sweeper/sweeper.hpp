@@ -21,7 +21,7 @@
 #include "queen_sweeper.h"
 #include "stats/stats.hpp"
 #include "sweeper/backstop.hpp"
-#include "sweeper/claims.hpp"
+#include "sweeper/claim_book.hpp"
 #include "sweeper/context.hpp"
 #include "sweeper/cycle_state.hpp"
 #include "sweeper/drain.hpp"
@@ -92,7 +92,8 @@ private:
     Task<void> release_held();
     void on_stop_signal();
     void make_pool_and_phases();  // start: the pool, then the phases that use it
-    void publish_pool();
+    void publish_pool();         // the pool's figures, the claim book's and the log's counts
+    void publish_book_locked();  // under stats_.mu
     void note_error(const std::string &phase, const PgResult &r);
     void cycle_failed(const std::string &phase, const PgResult &r);
     int64_t cycle_crashed(const std::string &why);  // a cycle that threw: counted, the backoff returned
@@ -118,7 +119,7 @@ private:
     ErrorBackoff backoff_;
     // The phases, each owning its state (made at start, once the pool exists), and the
     // claims they share.
-    HeldClaims held_;
+    ClaimBook book_;  // every claimed row, from its claim to its settlement
     std::unique_ptr<LoopContext> ctx_;
     std::unique_ptr<Recovery> recovery_;
     std::unique_ptr<DueFloor> floor_;  // where the probe and the claim start (floor.hpp)

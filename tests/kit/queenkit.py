@@ -477,13 +477,16 @@ class Sweepers:
 
 def assert_clean_stop(h: Handle, timeout_ms=15000):
     """Every test that starts a sweeper ends here: a graceful stop, state "stopped", the
-    loop closed with rc 0 and no stray handle; then the handle is destroyed."""
+    loop closed with rc 0 and no stray handle, no move the claim book refused; then the
+    handle is destroyed."""
     h.sw.stop(timeout_ms=timeout_ms)
     st = h.sw.stats()
     assert st["state"] == "stopped", (h.name, st["state"])
     assert st["teardown_clean"] is True, (h.name, st["teardown_clean"], st["loop_close_rc"],
                                           h.log_text())
     assert st["loop_close_rc"] == 0, (h.name, st["loop_close_rc"])
+    # Every claimed row moved through the claim book as its states allow (a refusal is a bug).
+    assert st["claims"]["refused_moves_total"] == 0, (h.name, st["claims"], h.log_text())
     h.sw.close()
     assert h.sw.closed
     return st

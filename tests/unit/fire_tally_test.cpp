@@ -87,8 +87,9 @@ TEST(FireTally, StaleDuplicateOtherAndBusyMixed) {
     EXPECT_EQ(t.provision_busy, 1);
     EXPECT_EQ(t.fired, 2);
     EXPECT_EQ(t.fired_notes, (std::vector<std::pair<size_t, int64_t>>{{4, 7}}));
-    // Every segment but the busy one is done with, the unknown status included.
-    EXPECT_EQ(t.done_rows, (std::vector<size_t>{0, 1, 2, 3, 6, 7, 8, 9}));
+    // Every segment but the busy and the stale one is settled, the unknown status included;
+    // the stale one's rows are settled by their hand-back.
+    EXPECT_EQ(t.done_rows, (std::vector<size_t>{2, 3, 6, 7, 8, 9}));
 }
 
 TEST(FireTally, AnAnswerShorterThanTheCallKeepsTheRestBusy) {

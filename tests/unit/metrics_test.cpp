@@ -324,6 +324,11 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"floor.held_rows", "queen_sweeper_floor_held_rows"},
         {"floor.ring_tenants", "queen_sweeper_floor_ring_tenants"},
         {"floor.ring_removed_total", "queen_sweeper_floor_ring_removed_total"},
+        {"claims.claimed", "queen_sweeper_claims{state=\"claimed\"}"},
+        {"claims.firing", "queen_sweeper_claims{state=\"firing\"}"},
+        {"claims.kept", "queen_sweeper_claims{state=\"kept\"}"},
+        {"claims.parked", "queen_sweeper_claims{state=\"parked\"}"},
+        {"claims.refused_moves_total", "queen_sweeper_claims_refused_moves_total"},
     };
     nlohmann::json j = s.to_json();
     std::set<std::string> leaves;
