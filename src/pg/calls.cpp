@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/json_get.hpp"
+#include "codec/codec.hpp"
 #include "pg/classify.hpp"
 #include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
@@ -273,6 +274,96 @@ Query claim_query(const ClaimArgs &a) {
                 a.backlog ? text_param("{}") : null_param()};
     q.binary_result = true;  // the payload as it is: a hex answer would double it
     return q;
+}
+
+namespace {
+
+// A binary integer column (network order), checked for its width.
+template <class T> bool read_be(const PgResult &r, int row, sql::ClaimCol c, T &out) {
+    const int col = static_cast<int>(c);
+    if (r.is_null(row, col) || PQgetlength(r.res.get(), row, col) != static_cast<int>(sizeof(T))) return false;
+    const auto *p = reinterpret_cast<const unsigned char *>(PQgetvalue(r.res.get(), row, col));
+    uint64_t v = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) v = (v << 8) | p[i];
+    out = static_cast<T>(v);
+    return true;
+}
+bool read_bool(const PgResult &r, int row, sql::ClaimCol c, bool &out) {
+    const int col = static_cast<int>(c);
+    if (r.is_null(row, col) || PQgetlength(r.res.get(), row, col) != 1) return false;
+    out = PQgetvalue(r.res.get(), row, col)[0] != 0;
+    return true;
+}
+std::string text_of(const PgResult &r, int row, sql::ClaimCol c) { return r.get(row, static_cast<int>(c)); }
+
+}  // namespace
+
+ClaimAnswer read_claim_answer(const PgResult &r, uint64_t claimed_at_mono) {
+    using C = sql::ClaimCol;
+    ClaimAnswer a;
+    const int got = r.ok ? r.rows() : 0;
+    if (got > 0 && PQnfields(r.res.get()) <= static_cast<int>(C::row_tid)) {
+        a.undecodable = "columns";  // fewer columns than the claim answers: nothing to read by name
+        return a;
+    }
+    a.rows.resize(static_cast<size_t>(got));
+    for (int i = 0; i < got; ++i) {
+        ClaimedTimer &t = a.rows[static_cast<size_t>(i)];
+        t.tenant = text_of(r, i, C::tenant);
+        t.queue = text_of(r, i, C::queue);
+        t.timer_key = text_of(r, i, C::timer_key);
+        t.claim_token = text_of(r, i, C::claim_token);
+        t.partition = text_of(r, i, C::partition);
+        t.txn = text_of(r, i, C::txn);
+        t.payload = text_of(r, i, C::payload);
+        a.bytes += static_cast<int64_t>(t.payload.size());
+        if (!r.is_null(i, static_cast<int>(C::producer_sub))) t.producer_sub = text_of(r, i, C::producer_sub);
+        int64_t late = 0;
+        int32_t attempts = 0;
+        const char *bad = nullptr;
+        if (!parse_uuid(text_of(r, i, C::message_id), t.message_id)) bad = "message_id";
+        else if (!read_be(r, i, C::deliver_at_ms, t.deliver_at_ms)) bad = "deliver_at_ms";
+        else if (!read_be(r, i, C::late_ms, late)) bad = "late_ms";
+        else if (!read_be(r, i, C::attempts, attempts)) bad = "attempts";
+        else if (!read_bool(r, i, C::payload_zstd, t.payload_zstd)) bad = "payload_zstd";
+        else if (!read_bool(r, i, C::encrypted, t.encrypted)) bad = "encrypted";
+        if (bad && a.undecodable.empty()) a.undecodable = bad;
+        t.late_ms = late - static_cast<int64_t>(claimed_at_mono);
+        t.attempts = attempts;
+        // A hint, so anything unreadable is simply no address (the fire then goes by key).
+        if (!r.is_null(i, static_cast<int>(C::row_tid))) {
+            std::string tid = text_of(r, i, C::row_tid);
+            if (is_tid_text(tid)) t.row_tid = std::move(tid);
+        }
+    }
+    int64_t floor = 0;
+    if (got > 0 && !r.is_null(0, static_cast<int>(C::floor_ms)) && read_be(r, 0, C::floor_ms, floor)) a.floor_ms = floor;
+    return a;
+}
+
+Query head_walk_query(const HeadWalkArgs &a) {
+    Query q;
+    q.sql = sql::kFloorHeadWalk;
+    q.params = {i64(a.floor_ms)};
+    return q;
+}
+
+HeadWalkAnswer read_head_walk_answer(const PgResult &r) {
+    using C = sql::FloorHeadWalkCol;
+    HeadWalkAnswer a;
+    if (!r.ok || r.rows() != 1 || PQnfields(r.res.get()) <= static_cast<int>(C::dead_tuples)) return a;
+    int64_t v = 0;
+    const int bc = static_cast<int>(C::behind_ms), dc = static_cast<int>(C::dead_tuples);
+    if (!r.is_null(0, bc)) {
+        if (!parse_i64(r.get(0, bc), v)) return a;
+        a.behind_ms = v;
+    }
+    if (!r.is_null(0, dc)) {
+        if (!parse_i64(r.get(0, dc), v)) return a;
+        a.dead_tuples = v;
+    }
+    a.readable = true;
+    return a;
 }
 
 Query fire_query(FireArgs &&a) {

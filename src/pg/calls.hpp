@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codec/packer.hpp"
 #include "pg/pg_conn.hpp"
 
 namespace qsw {
@@ -27,6 +28,20 @@ struct ClaimArgs {
     bool backlog = false;              // under a backlog: the claim names tenants from the ring
 };
 Query claim_query(const ClaimArgs &a);  // with a binary result (the payload as it is)
+
+// The claim's answer (sql::ClaimCol, binary). Every value is checked: one that does not read
+// back as written must never become an empty payload fired without a word. A row whose
+// names (tenant, queue, key, token) were read is in `rows` whatever else of it failed, so it
+// can be handed back; `undecodable` names the first column that did not decode (the claim
+// then goes back whole). A row's late_ms is its lateness at the claim less `claimed_at_mono`
+// (the loop clock when the answer came), so lateness later is late_ms + now, one clock.
+struct ClaimAnswer {
+    std::vector<ClaimedTimer> rows;
+    int64_t bytes = 0;                  // payload bytes the rows carry
+    std::string undecodable;            // empty: every column read
+    std::optional<int64_t> floor_ms;    // the floor the next call starts from (the same on every row)
+};
+ClaimAnswer read_claim_answer(const PgResult &r, uint64_t claimed_at_mono);
 
 // ---- The fire (sql::kFire) --------------------------------------------------------------
 
@@ -76,6 +91,21 @@ struct FireAnswer {
 // The answer as parsed JSON, or as the text the statement returns (not JSON: unreadable).
 FireAnswer read_fire_answer(const nlohmann::json &j);
 FireAnswer parse_fire_answer(std::string_view text);
+
+// ---- The walk from the index head (sql::kFloorHeadWalk) -----------------------------------
+
+struct HeadWalkArgs {
+    int64_t floor_ms = 0;  // the floor it looks behind, Unix ms
+};
+Query head_walk_query(const HeadWalkArgs &a);
+
+// Unreadable: not one row, or a column that is neither null nor an integer.
+struct HeadWalkAnswer {
+    bool readable = false;
+    std::optional<int64_t> behind_ms;  // the earliest due instant behind the floor (none: none)
+    int64_t dead_tuples = -1;          // n_dead_tup of queen.log_timers (-1: unknown)
+};
+HeadWalkAnswer read_head_walk_answer(const PgResult &r);
 
 // ---- The probe (sql::kProbe) ----------------------------------------------------------------
 

@@ -67,24 +67,6 @@ std::string new_claim_id() {
     return out;
 }
 
-// A binary integer column (network order), checked for its width.
-template <class T> bool read_be(const PgResult &r, int row, sql::ClaimCol c, T &out) {
-    const int col = static_cast<int>(c);
-    if (r.is_null(row, col) || PQgetlength(r.res.get(), row, col) != static_cast<int>(sizeof(T))) return false;
-    const auto *p = reinterpret_cast<const unsigned char *>(PQgetvalue(r.res.get(), row, col));
-    uint64_t v = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) v = (v << 8) | p[i];
-    out = static_cast<T>(v);
-    return true;
-}
-bool read_bool(const PgResult &r, int row, sql::ClaimCol c, bool &out) {
-    const int col = static_cast<int>(c);
-    if (r.is_null(row, col) || PQgetlength(r.res.get(), row, col) != 1) return false;
-    out = PQgetvalue(r.res.get(), row, col)[0] != 0;
-    return true;
-}
-std::string text_of(const PgResult &r, int row, sql::ClaimCol c) { return r.get(row, static_cast<int>(c)); }
-
 std::vector<size_t> rows_of(const FireBatch &batch) {
     std::vector<size_t> all;
     for (const PackedSegment &seg : batch.segments) all.insert(all.end(), seg.rows.begin(), seg.rows.end());
@@ -276,25 +258,23 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     out.id = new_claim_id();
     // The partitions whose segments are kept (someone holds them): left out of this claim.
     out.left_out = kept_partitions();
-    std::vector<std::string> skip_t, skip_q, skip_p;
-    for (const PartitionKey &k : out.left_out) {
-        skip_t.push_back(k[0]);
-        skip_q.push_back(k[1]);
-        skip_p.push_back(k[2]);
-    }
     out.floor = floor_.ticket();
     out.backlog = floor_.take_ring();
-    Query q;
-    q.sql = sql::kClaim;
-    q.params = {text_param(shards_param(shards)), text_param(std::to_string(ctx_.cfg.sweeper_lease_ms)),
-                text_param(std::to_string(want)), text_param(std::to_string(ctx_.cfg.sweeper_fire_rate_per_tenant)),
-                text_param(std::to_string(ctx_.cfg.sweeper_claim_max_bytes)), text_param(out.id),
-                text_param(pg_text_array(skip_t)), text_param(pg_text_array(skip_q)),
-                text_param(pg_text_array(skip_p)),
-                out.floor.floor_ms ? text_param(std::to_string(*out.floor.floor_ms)) : null_param(),
-                // Under a backlog, no tenant of our own: the claim names them from the ring.
-                out.backlog ? text_param("{}") : null_param()};
-    q.binary_result = true;  // the payload as it is: a hex answer would double it
+    ClaimArgs args;
+    args.shards = shards;
+    args.lease_ms = ctx_.cfg.sweeper_lease_ms;
+    args.max_rows = want;
+    args.rows_per_tenant = ctx_.cfg.sweeper_fire_rate_per_tenant;
+    args.max_bytes = ctx_.cfg.sweeper_claim_max_bytes;
+    args.claim_id = out.id;
+    for (const PartitionKey &k : out.left_out) {
+        args.skip_tenants.push_back(k[0]);
+        args.skip_queues.push_back(k[1]);
+        args.skip_partitions.push_back(k[2]);
+    }
+    args.floor_ms = out.floor.floor_ms;
+    args.backlog = out.backlog;  // no tenant of our own: the claim names them from the ring
+    Query q = claim_query(args);
     q.timeout_ms = std::min<int64_t>(ctx_.cfg.stmt_timeout_ms, ctx_.cfg.sweeper_lease_ms / 2);
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (out.backlog) floor_.note_ring_claim_ms(r.elapsed_us / 1000);
@@ -313,9 +293,8 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
                  ahead ? "decoding the claim taken ahead" : "decoding a claim");
         decode_claim(r, out);
     } catch (const std::exception &e) {
-        // The claim committed and its rows are ours, some perhaps not read: those read are
-        // held (handed back token-matched by the fire); the claim as a whole goes back by
-        // its id on the next cycle (as one whose answer was lost).
+        // The claim committed and its rows are ours, perhaps none entered in the book: the
+        // claim as a whole goes back by its id on the next cycle (as one whose answer was lost).
         out.ok = true;
         out.undecodable = std::string("claim (") + e.what() + ")";
         recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
@@ -328,52 +307,22 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     }
 }
 
-// Every value is checked: one that does not read back as written (a server that answers
-// differently) must never become an empty payload fired without a word, nor an exception
-// that ends the loop. Rows are held as they are read, so an error midway leaves each one
-// named for the hand-back.
+// The answer read (read_claim_answer, pure), each row entered in the claim book, and the
+// floor and the backlog noted. A column that did not decode sends the whole claim back: the
+// rows read by the fire's hand-back, token-matched, and the claim by its id on the next cycle
+// (as one whose answer was lost), which covers rows whose names did not read.
 void Drain::decode_claim(const PgResult &r, Claim &out) {
-    using C = sql::ClaimCol;
-    const int got = r.rows();
-    const uint64_t claimed_at = ctx_.now();
+    ClaimAnswer a = read_claim_answer(r, ctx_.now());
     out.ok = true;
-    out.rows->resize(static_cast<size_t>(got));
-    for (int i = 0; i < got; ++i) {
-        ClaimedTimer &t = (*out.rows)[static_cast<size_t>(i)];
-        t.tenant = text_of(r, i, C::tenant);
-        t.queue = text_of(r, i, C::queue);
-        t.timer_key = text_of(r, i, C::timer_key);
-        t.claim_token = text_of(r, i, C::claim_token);
-        book_.enter(t);
-        t.partition = text_of(r, i, C::partition);
-        t.txn = text_of(r, i, C::txn);
-        t.payload = text_of(r, i, C::payload);
-        out.bytes += static_cast<int64_t>(t.payload.size());
-        if (!r.is_null(i, static_cast<int>(C::producer_sub))) t.producer_sub = text_of(r, i, C::producer_sub);
-        int64_t late = 0;
-        int32_t attempts = 0;
-        if (!parse_uuid(text_of(r, i, C::message_id), t.message_id)) out.undecodable = "message_id";
-        else if (!read_be(r, i, C::deliver_at_ms, t.deliver_at_ms)) out.undecodable = "deliver_at_ms";
-        else if (!read_be(r, i, C::late_ms, late)) out.undecodable = "late_ms";
-        else if (!read_be(r, i, C::attempts, attempts)) out.undecodable = "attempts";
-        else if (!read_bool(r, i, C::payload_zstd, t.payload_zstd)) out.undecodable = "payload_zstd";
-        else if (!read_bool(r, i, C::encrypted, t.encrypted)) out.undecodable = "encrypted";
-        // Lateness at fire time = lateness at claim + time spent since, on the loop's
-        // monotonic clock, so no two clocks are compared.
-        t.late_ms = late - static_cast<int64_t>(claimed_at);
-        t.attempts = attempts;
-        // A hint, so anything unreadable is simply no address (the fire then goes by key).
-        if (!r.is_null(i, static_cast<int>(C::row_tid))) {
-            std::string tid = text_of(r, i, C::row_tid);
-            if (is_tid_text(tid)) t.row_tid = std::move(tid);
-        }
+    *out.rows = std::move(a.rows);
+    out.bytes = a.bytes;
+    for (const ClaimedTimer &t : *out.rows) book_.enter(t);
+    if (!a.undecodable.empty()) {
+        out.undecodable = std::move(a.undecodable);
+        recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
     }
-    // The floor the next call starts from (the same on every row), and whether the backlog
-    // lasts.
-    int64_t next_floor = 0;
-    const bool has_floor = got > 0 && !r.is_null(0, static_cast<int>(C::floor_ms)) &&
-                           read_be(r, 0, C::floor_ms, next_floor);
-    floor_.note_answer(out.floor, has_floor ? std::optional<int64_t>(next_floor) : std::nullopt, std::nullopt);
+    const int64_t got = static_cast<int64_t>(out.rows->size());
+    floor_.note_answer(out.floor, a.floor_ms, std::nullopt);
     std::set<std::string> tenants;
     for (const ClaimedTimer &t : *out.rows) tenants.insert(t.tenant);
     floor_.note_claim_backlog(out.backlog, got, out.want, static_cast<int64_t>(tenants.size()));

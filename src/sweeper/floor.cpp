@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "pg/sql_args.hpp"
+#include "pg/calls.hpp"
 #include "pg/statements.hpp"
 
 namespace qsw {
@@ -107,9 +107,7 @@ bool DueFloor::head_walk_due() const { return !walking_ && floor_ms_ && ctx_.now
 Task<void> DueFloor::head_walk() {
     walking_ = true;
     const FloorTicket sent = ticket();
-    Query q;
-    q.sql = sql::kFloorHeadWalk;
-    q.params = {text_param(std::to_string(sent.floor_ms.value_or(0)))};
+    Query q = head_walk_query(HeadWalkArgs{sent.floor_ms.value_or(0)});
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     q.cut_at_stop = true;
     if (const int s = g_test_head_walk_sleep_s.load(); s > 0)
@@ -120,27 +118,15 @@ Task<void> DueFloor::head_walk() {
     const int64_t took = static_cast<int64_t>(ctx_.now() - t0);
     walking_ = false;
     next_walk_ = ctx_.now() + static_cast<uint64_t>(head_walk_every_ms(took));
-    using C = sql::FloorHeadWalkCol;
-    std::optional<int64_t> behind;
-    int64_t dead = -1;
-    bool ok = r.ok && r.rows() == 1;
-    if (ok) {
-        // Parsed without throwing: an answer that does not read fails this walk, never the loop.
-        int64_t v = 0;
-        const int bc = static_cast<int>(C::behind_ms), dc = static_cast<int>(C::dead_tuples);
-        if (!r.is_null(0, bc)) {
-            if (parse_i64(r.get(0, bc), v)) behind = v;
-            else ok = false;
-        }
-        if (ok && !r.is_null(0, dc)) {
-            if (parse_i64(r.get(0, dc), v)) dead = v;
-            else ok = false;
-        }
-        if (!ok) {
-            r.ok = false;
-            r.origin = Origin::internal;
-            r.message = "the walk from the head answered unreadably";
-        }
+    // Read without throwing: an answer that does not read fails this walk, never the loop.
+    const HeadWalkAnswer a = read_head_walk_answer(r);
+    const bool ok = a.readable;
+    const std::optional<int64_t> behind = a.behind_ms;
+    const int64_t dead = a.dead_tuples;
+    if (!ok && r.ok) {
+        r.ok = false;
+        r.origin = Origin::internal;
+        r.message = r.rows() == 1 ? "the walk from the head answered unreadably" : "the walk from the head returned no row";
     }
     if (!ok && ctx_.stopping.load()) {
         // Cut short by a graceful stop (or failed during it): nothing to lower any more.
@@ -148,7 +134,6 @@ Task<void> DueFloor::head_walk() {
         co_return;
     }
     if (!ok) {
-        if (r.ok) r.message = "the walk from the head returned no row";
         ctx_.note_error("floor", r);
         std::lock_guard<std::mutex> g(ctx_.stats.mu);
         ++ctx_.stats.f.floor.head_walk_failures_total;

@@ -314,6 +314,120 @@ TEST(Calls, TheClaimSendsItsArgumentsInTheTextsOrderWithABinaryAnswer) {
     EXPECT_EQ(param(claim_query(a), 9), "5");
 }
 
+namespace {
+// One claimed row as the claim answers it (binary columns in network order).
+std::string be(uint64_t v, int bytes) {
+    std::string out(static_cast<size_t>(bytes), '\0');
+    for (int i = bytes - 1; i >= 0; --i, v >>= 8) out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
+    return out;
+}
+std::vector<std::optional<std::string>> claim_row(const std::string &key) {
+    using C = sql::ClaimCol;
+    std::vector<std::optional<std::string>> r(static_cast<size_t>(C::row_tid) + 1);
+    auto at = [&](C c) -> std::optional<std::string> & { return r[static_cast<size_t>(c)]; };
+    at(C::tenant) = "00000000-0000-0000-0000-0000000000a1";
+    at(C::queue) = "q";
+    at(C::timer_key) = key;
+    at(C::partition) = "p";
+    at(C::txn) = "txn-" + key;
+    at(C::message_id) = "11111111-2222-3333-4444-555555555555";
+    at(C::payload) = std::string("pay\0load", 8);
+    at(C::payload_zstd) = std::string(1, '\0');
+    at(C::encrypted) = std::string(1, '\1');
+    at(C::producer_sub) = std::nullopt;
+    at(C::claim_token) = "22222222-0000-0000-0000-000000000000";
+    at(C::deliver_at_ms) = be(1700000000123ULL, 8);
+    at(C::late_ms) = be(250, 8);
+    at(C::attempts) = be(3, 4);
+    at(C::floor_ms) = be(1700000000000ULL, 8);
+    at(C::row_tid) = "(12,3)";
+    return r;
+}
+constexpr int kClaimCols = static_cast<int>(sql::ClaimCol::row_tid) + 1;
+}  // namespace
+
+TEST(Calls, AClaimAnswerReadsEveryColumnOfEveryRow) {
+    const ClaimAnswer a = read_claim_answer(result(kClaimCols, {claim_row("k1"), claim_row("k2")}), 100);
+    EXPECT_EQ(a.undecodable, "");
+    ASSERT_EQ(a.rows.size(), 2u);
+    const ClaimedTimer &t = a.rows[1];
+    EXPECT_EQ(t.timer_key, "k2");
+    EXPECT_EQ(t.claim_token, "22222222-0000-0000-0000-000000000000");
+    EXPECT_EQ(t.payload, std::string("pay\0load", 8));  // binary, whole
+    EXPECT_FALSE(t.payload_zstd);
+    EXPECT_TRUE(t.encrypted);
+    EXPECT_FALSE(t.producer_sub.has_value());
+    EXPECT_EQ(t.deliver_at_ms, 1700000000123LL);
+    EXPECT_EQ(t.late_ms, 250 - 100);  // lateness at the claim less the loop clock then
+    EXPECT_EQ(t.attempts, 3);
+    EXPECT_EQ(t.message_id[0], 0x11);
+    EXPECT_EQ(t.row_tid, "(12,3)");
+    EXPECT_EQ(a.bytes, 16);
+    EXPECT_EQ(a.floor_ms, 1700000000000LL);
+    // No row: nothing, no floor.
+    const ClaimAnswer none = read_claim_answer(result(kClaimCols, {}), 0);
+    EXPECT_TRUE(none.rows.empty());
+    EXPECT_FALSE(none.floor_ms.has_value());
+    EXPECT_EQ(none.undecodable, "");
+    EXPECT_TRUE(read_claim_answer(PgResult{}, 0).rows.empty());  // a failed call: nothing read
+}
+
+TEST(Calls, AClaimColumnThatDoesNotReadBackNamesItselfAndKeepsTheRowsNames) {
+    using C = sql::ClaimCol;
+    struct Case {
+        C col;
+        std::optional<std::string> value;
+        const char *want;
+    };
+    const Case cases[] = {
+        {C::message_id, std::string("not-a-uuid"), "message_id"},
+        {C::deliver_at_ms, be(5, 4), "deliver_at_ms"},  // four bytes where eight are
+        {C::late_ms, std::nullopt, "late_ms"},
+        {C::attempts, be(3, 8), "attempts"},
+        {C::payload_zstd, std::string("tt"), "payload_zstd"},
+        {C::encrypted, std::nullopt, "encrypted"},
+    };
+    for (const Case &c : cases) {
+        auto bad = claim_row("k2");
+        bad[static_cast<size_t>(c.col)] = c.value;
+        const ClaimAnswer a = read_claim_answer(result(kClaimCols, {claim_row("k1"), bad}), 0);
+        EXPECT_EQ(a.undecodable, c.want);
+        ASSERT_EQ(a.rows.size(), 2u) << c.want;  // named, to be handed back token-matched
+        EXPECT_EQ(a.rows[1].timer_key, "k2");
+        EXPECT_EQ(a.rows[1].claim_token, "22222222-0000-0000-0000-000000000000");
+    }
+    // An unreadable address is no address (a hint), not an undecodable claim.
+    auto odd = claim_row("k1");
+    odd[static_cast<size_t>(C::row_tid)] = "12,3";
+    const ClaimAnswer a = read_claim_answer(result(kClaimCols, {odd}), 0);
+    EXPECT_EQ(a.undecodable, "");
+    EXPECT_EQ(a.rows[0].row_tid, "");
+    // An answer with fewer columns than the claim's: nothing read by name, the claim goes back by id.
+    const ClaimAnswer narrow = read_claim_answer(result(3, {{"a", "b", "c"}}), 0);
+    EXPECT_EQ(narrow.undecodable, "columns");
+    EXPECT_TRUE(narrow.rows.empty());
+}
+
+TEST(Calls, TheWalkFromTheHead) {
+    const Query q = head_walk_query(HeadWalkArgs{1234});
+    EXPECT_EQ(q.sql, sql::kFloorHeadWalk);
+    ASSERT_EQ(q.params.size(), 1u);
+    EXPECT_EQ(param(q, 0), "1234");
+    HeadWalkAnswer a = read_head_walk_answer(result(2, {{"99", "7"}}));
+    ASSERT_TRUE(a.readable);
+    EXPECT_EQ(a.behind_ms, 99);
+    EXPECT_EQ(a.dead_tuples, 7);
+    a = read_head_walk_answer(result(2, {{std::nullopt, std::nullopt}}));
+    ASSERT_TRUE(a.readable);
+    EXPECT_FALSE(a.behind_ms.has_value());
+    EXPECT_EQ(a.dead_tuples, -1);
+    EXPECT_FALSE(read_head_walk_answer(result(2, {{"x", "7"}})).readable);
+    EXPECT_FALSE(read_head_walk_answer(result(2, {{"1", "7.5"}})).readable);
+    EXPECT_FALSE(read_head_walk_answer(result(2, {})).readable);
+    EXPECT_FALSE(read_head_walk_answer(result(1, {{"1"}})).readable);
+    EXPECT_FALSE(read_head_walk_answer(PgResult{}).readable);
+}
+
 TEST(Calls, TheFireSendsItsArgumentsInTheTextsOrder) {
     FireArgs a;
     a.seg_tenants = "{\"t\"}";
