@@ -199,16 +199,14 @@ struct FailoverFigures {
     }
 };
 
-struct Figures {
-    std::string state = "created";  // created, running, stopping, stopped, disabled
-    std::string broker_id;
-    int start_shard = 0;
-    int64_t cycles_total = 0;
-    int64_t probes_total = 0;
+// The drain's figures (sweeper/drain.hpp). The drain alone writes them, on the loop thread and
+// without a lock; the snapshot takes a copy at each publish. fired_total, fired_segments_total
+// and released_total are the drain's part: the snapshot adds the recovery's (fires found
+// committed after a lost answer, rows handed back after reconnecting).
+struct DrainFigures {
     int64_t claims_total = 0;
     int64_t claimed_total = 0;
     int64_t claimed_bytes_total = 0;      // payload bytes the claims carried
-    int64_t cycle_crashes_total = 0;      // cycles ended by an internal error (contained: the loop went on)
     int64_t late_handed_back_total = 0;   // rows handed back because their claim's deadline came first
     int64_t busy_kept_segments = 0;       // segments of partitions someone holds, kept to be tried again
     int64_t busy_retries_total = 0;       // tries of kept segments
@@ -218,8 +216,6 @@ struct Figures {
     int64_t claim_batch = 0;           // rows the next claim asks for (grows while a backlog lasts)
     int64_t claims_ahead_total = 0;    // claims sent while the previous claim was being fired
     int64_t contended_claims_total = 0;  // claims whose fires met another broker (busy or stale)
-    int64_t claim_turn_timeouts_fleet_total = 0;  // the whole fleet's claims that walked without the
-                                                  // claim turn (its wait ran out), from the last probe
     int64_t fired_total = 0;           // timers delivered into the log
     int64_t fired_segments_total = 0;
     int64_t stale_total = 0;           // segments found stale at fire time
@@ -234,6 +230,23 @@ struct Figures {
     int64_t poisoned_total = 0;        // timers isolated as the cause of a permanent failure
     int64_t dlq_total = 0;
     int64_t rejected_total = 0;        // rows the packer refused (e.g. a corrupt zstd payload)
+    LagRing fire_lag;
+    int64_t fire_lag_max_ms = 0;
+    int64_t inflate_deferred_total = 0;  // payload_zstd rows handed back over the inflation budget
+    CallFigures claim_calls;
+};
+
+// The snapshot a host reads: each phase's own figures (the drain's, by inheritance, with
+// the same flat JSON keys as ever), gathered under Stats::mu by Sweeper::publish_pool.
+struct Figures : DrainFigures {
+    std::string state = "created";  // created, running, stopping, stopped, disabled
+    std::string broker_id;
+    int start_shard = 0;
+    int64_t cycles_total = 0;
+    int64_t probes_total = 0;
+    int64_t cycle_crashes_total = 0;      // cycles ended by an internal error (contained: the loop went on)
+    int64_t claim_turn_timeouts_fleet_total = 0;  // the whole fleet's claims that walked without the
+                                                  // claim turn (its wait ran out), from the last probe
     int64_t released_on_stop_total = 0;
     int64_t timers_due = 0;
     bool timers_due_capped = false;
@@ -242,14 +255,11 @@ struct Figures {
     bool fire_enabled = true;
     bool maintenance = false;
     int64_t fire_paused_cycles_total = 0;
-    LagRing fire_lag;
-    int64_t fire_lag_max_ms = 0;
     int64_t cycle_errors_total = 0;
     int64_t loop_failures_total = 0;
     // Log lines of a repeating failure left out (each cause's count is said once per
     // kLogRepeatIntervalMs instead, base/log_limit.hpp).
     int64_t log_lines_suppressed_total = 0;
-    int64_t inflate_deferred_total = 0;  // payload_zstd rows handed back over the inflation budget  // the loop ended on an internal error (state "failed")
     std::string last_error;
     // Health: errors by phase and class, and cycles in which any phase failed.
     std::array<std::array<int64_t, static_cast<size_t>(ErrorKind::count)>, static_cast<size_t>(ErrorPhase::count)>

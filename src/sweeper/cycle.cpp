@@ -90,7 +90,8 @@ Task<int64_t> Sweeper::cycle() {
     bool kv_work = false;
     if (!life_.stopping()) kv_work = co_await sub_clocks_->run(shards, step, prev_pressure);
 
-    // D. SLEEP
+    // D. SLEEP (the cycle's figures in the snapshot first)
+    publish_pool();
     co_return sleep_after(d, kv_work);
 }
 

@@ -110,8 +110,7 @@ int64_t Drain::reserve(Pass &p, bool &whole) {
     if (ctx_.stopping.load() || p.acc.failed || p.rows_left <= 0 || ctx_.now() >= p.deadline) return 0;
     if (holding_back()) {
         p.held_back = true;
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ++ctx_.stats.f.claims_held_back_total;
+        ++fig_.claims_held_back_total;
         return 0;
     }
     const int64_t want = std::min(batch_, p.rows_left);
@@ -151,13 +150,11 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
                 // Nothing due outside the held partitions: not sent again until something
                 // changes (hold_back_claim).
                 around_ = AroundKept{true, ctx_.now(), std::move(cur.left_out), false};
-                std::lock_guard<std::mutex> g(ctx_.stats.mu);
-                ++ctx_.stats.f.claims_around_held_empty_total;
+                ++fig_.claims_around_held_empty_total;
             }
             if (p.acc.claimed == 0) {
                 p.acc.empty_claim = true;
-                std::lock_guard<std::mutex> g(ctx_.stats.mu);
-                ++ctx_.stats.f.empty_claims_total;
+                ++fig_.empty_claims_total;
             }
             if (cur.want > 0) set_batch(ctx_.cfg.sweeper_claim_batch);  // the backlog is over
             co_return;
@@ -171,10 +168,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         Claim next;
         bool ok = true;
         if (ahead > 0) {
-            {
-                std::lock_guard<std::mutex> g(ctx_.stats.mu);
-                ++ctx_.stats.f.claims_ahead_total;
-            }
+            ++fig_.claims_ahead_total;
             std::vector<Task<void>> both;
             both.push_back([](Drain *d, Claim &c, Pass &pp, bool &res) -> Task<void> {
                 res = co_await d->fire_claim(c, pp);
@@ -214,8 +208,7 @@ void Drain::after_claim(Claim &c, int64_t contended_before) {
     const bool contended = fire_contention() != contended_before;
     if (contended) {
         contended_until_ = ctx_.now() + kContendedHoldMs;
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ++ctx_.stats.f.contended_claims_total;
+        ++fig_.contended_claims_total;
     }
     BatchInput in;
     in.batch = batch_;
@@ -231,14 +224,12 @@ void Drain::after_claim(Claim &c, int64_t contended_before) {
 }
 
 int64_t Drain::fire_contention() const {
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    return ctx_.stats.f.fire_busy_total + ctx_.stats.f.stale_total;
+    return fig_.fire_busy_total + fig_.stale_total;
 }
 
 void Drain::set_batch(int64_t rows) {
     batch_ = rows;
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.claim_batch = rows;
+    fig_.claim_batch = rows;
 }
 
 void Drain::reset_batch() { set_batch(ctx_.cfg.sweeper_claim_batch); }
@@ -279,8 +270,7 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (out.backlog) floor_.note_ring_claim_ms(r.elapsed_us / 1000);
     if (r.elapsed_us > 0) {  // 0: never sent (no connection)
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.claim_calls.observe(r.elapsed_us);
+        fig_.claim_calls.observe(r.elapsed_us);
     }
     if (!r.ok) {
         // Sent and unanswered: it may have committed. Remembered by id, handed back later.
@@ -299,12 +289,10 @@ Task<void> Drain::claim_into(const std::vector<int16_t> &shards, int64_t want, b
         out.undecodable = std::string("claim (") + e.what() + ")";
         recovery_.remember_lost_claim(out.id, out.sent, out.floor.floor_ms);
     }
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ++ctx_.stats.f.claims_total;
-        ctx_.stats.f.claimed_total += static_cast<int64_t>(out.rows->size());
-        ctx_.stats.f.claimed_bytes_total += out.bytes;
-    }
+    ++fig_.claims_total;
+    fig_.claimed_total += static_cast<int64_t>(out.rows->size());
+    fig_.claimed_bytes_total += out.bytes;
+    ctx_.publish_pool();  // a claim is in the snapshot as soon as it is taken
 }
 
 // The answer read (read_claim_answer, pure), each row entered in the claim book, and the
@@ -400,10 +388,7 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
 // the call's inflation budget go back untouched, taken first next time.
 Task<void> Drain::settle_unframed(Claim &c, const PackResult &packed) {
     if (!packed.rejected.empty()) {
-        {
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            ctx_.stats.f.rejected_total += static_cast<int64_t>(packed.rejected.size());
-        }
+        fig_.rejected_total += static_cast<int64_t>(packed.rejected.size());
         ctx_.log.warn(std::to_string(packed.rejected.size()) + " claimed timer(s) cannot be framed (" +
                       packed.rejected.front().second + (packed.rejected.size() > 1 ? ", ..." : "") +
                       "); failing them as permanent, each with its own reason");
@@ -413,8 +398,7 @@ Task<void> Drain::settle_unframed(Claim &c, const PackResult &packed) {
     }
     if (!packed.deferred.empty()) {
         co_await hand_back(*c.rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()), "inflation budget");
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.inflate_deferred_total += static_cast<int64_t>(packed.deferred.size());
+        fig_.inflate_deferred_total += static_cast<int64_t>(packed.deferred.size());
     }
 }
 
@@ -426,8 +410,7 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
     if (!budget.go) {
         const std::vector<size_t> all = rows_of(batch);
         co_await hand_back(rows, all, static_cast<int64_t>(all.size()), "its claim's deadline");
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.late_handed_back_total += static_cast<int64_t>(all.size());
+        fig_.late_handed_back_total += static_cast<int64_t>(all.size());
         co_return FireEnd{};
     }
     // The arrays are written straight from the rows (one literal each, no copy per row).
@@ -463,40 +446,43 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-    if (r.ok && r.rows() == 1) co_return co_await on_fire_answer(owner, batch, r, plan);
-    if (r.ok) {
-        r.ok = false;
-        r.origin = Origin::internal;
-        r.message = "the fire returned no row";
+    FireEnd end;
+    if (r.ok && r.rows() == 1) {
+        end = co_await on_fire_answer(owner, batch, r, plan);
+    } else {
+        if (r.ok) {
+            r.ok = false;
+            r.origin = Origin::internal;
+            r.message = "the fire returned no row";
+        }
+        end = co_await on_fire_failure(owner, batch, std::move(r), plan);
     }
-    co_return co_await on_fire_failure(owner, batch, std::move(r), plan);
+    ctx_.publish_pool();  // what the answer did (kept, failed, handed back) in the snapshot
+    co_return end;
 }
 
 // The figures of one fire, then its announcements: after the commit, never before (a host
 // can wake its parked consumers now).
 void Drain::publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t) {
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &f = ctx_.stats.f;
-        f.fired_total += t.fired;
-        f.fired_segments_total += t.fired_segs;
-        f.stale_total += t.stale;
-        f.duplicate_total += t.dup;
-        f.released_total += t.released;
-        ++f.fire_txns_total;
-        f.fire_bytes_total += static_cast<int64_t>(batch.bytes - t.busy.bytes);
-        f.fire_busy_total += static_cast<int64_t>(t.busy.segments.size());
-        f.fire_provision_busy_total += t.provision_busy;
-        for (auto l : t.lags) f.fire_lag.add(l);
-        f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, t.lag_max);
-    }
+    auto &f = fig_;
+    f.fired_total += t.fired;
+    f.fired_segments_total += t.fired_segs;
+    f.stale_total += t.stale;
+    f.duplicate_total += t.dup;
+    f.released_total += t.released;
+    ++f.fire_txns_total;
+    f.fire_bytes_total += static_cast<int64_t>(batch.bytes - t.busy.bytes);
+    f.fire_busy_total += static_cast<int64_t>(t.busy.segments.size());
+    f.fire_provision_busy_total += t.provision_busy;
+    for (auto l : t.lags) f.fire_lag.add(l);
+    f.fire_lag_max_ms = std::max(f.fire_lag_max_ms, t.lag_max);
     recovery_.note_fired(t.fired);
+    ctx_.publish_pool();  // the figures are in the snapshot before the host hears of the fire
     for (auto &[s, base] : t.fired_notes) {
         const PackedSegment &seg = batch.segments[s];
         ctx_.announce(seg.tenant, seg.queue, seg.partition, seg.count, base);
         recovery_.remember_fired(rows, seg, base);
     }
-    ctx_.publish_pool();  // a long drain still shows its pool figures as it goes
 }
 
 // A fire answered: fired segments are gone from the table and announced, stale ones
@@ -559,8 +545,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &b
     const ErrorClass cls = classify(r);
     // A lock wait that ran out is a partition still held (busy), not a failed fire.
     if (!is_lock_timeout(r)) {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &f = ctx_.stats.f;
+        auto &f = fig_;
         if (cls == ErrorClass::transient) ++f.fire_failures_transient;
         else if (cls == ErrorClass::config) ++f.fire_failures_config;
         else ++f.fire_failures_permanent;
@@ -615,8 +600,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &b
         break;
     }
     if (plan.isolating && cls != ErrorClass::transient) {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.poisoned_total += static_cast<int64_t>(all.size());
+        fig_.poisoned_total += static_cast<int64_t>(all.size());
     }
     co_await fail_rows(rows, all, r.message, error_class_name(cls));
     co_return FireEnd{};
@@ -682,11 +666,8 @@ Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<s
         ctx_.note_error("fail", r);
         co_return;
     }
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.released_total += a.released;
-        ctx_.stats.f.dlq_total += a.moved;
-    }
+    fig_.released_total += a.released;
+    fig_.dlq_total += a.moved;
     if (a.moved > 0)
         ctx_.log.warn(std::to_string(a.moved) + " timer(s) exhausted their attempts and moved to the DLQ (__timer__)");
 }
@@ -708,8 +689,7 @@ Task<void> Drain::hand_back(std::vector<ClaimedTimer> &rows, const std::vector<s
         released += *n;
     }
     for (size_t idx : which) book_.move(rows[idx], RowEvent::settled);
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.released_total += released;
+    fig_.released_total += released;
 }
 
 // Every row of a claim this sweeper still holds goes back (no attempt spent).
@@ -731,9 +711,8 @@ void Drain::keep(const ClaimRows &rows, FireBatch busy, const CallPlan &plan, in
     k.tries = tries;
     k.next_try = ctx_.now() + static_cast<uint64_t>(busy_retry(tries).delay_ms);
     kept_.push_back(std::move(k));
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.busy_kept_segments = 0;
-    for (const Kept &x : kept_) ctx_.stats.f.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
+    fig_.busy_kept_segments = 0;
+    for (const Kept &x : kept_) fig_.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
 }
 
 // Moves every row of a batch in the claim book.
@@ -768,18 +747,12 @@ Task<std::optional<PgResult>> Drain::retry_kept() {
         plan.lock_wait_ms = r.lock_wait_ms;
         plan.fire_by = k.fire_by;
         plan.tries = k.tries + 1;
-        {
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            ++ctx_.stats.f.busy_retries_total;
-        }
+        ++fig_.busy_retries_total;
         FireEnd end = co_await fire_batch(k.rows, k.batch, plan);  // a refusal is read by run()
         if (end.refused) refused = std::move(end.refused);
     }
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.busy_kept_segments = 0;
-        for (const Kept &x : kept_) ctx_.stats.f.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
-    }
+    fig_.busy_kept_segments = 0;
+    for (const Kept &x : kept_) fig_.busy_kept_segments += static_cast<int64_t>(x.batch.segments.size());
     co_return refused;
 }
 

@@ -75,6 +75,9 @@ public:
     void note_wake() { around_.woken = true; }
     // A slow database: back to the base batch.
     void reset_batch();
+    // The drain's own figures (its part of the stats: stats.hpp DrainFigures), written by the
+    // drain alone on the loop thread; Sweeper::publish_pool copies them into the snapshot.
+    const DrainFigures &figures() const { return fig_; }
 
 private:
     struct Claim {
@@ -148,6 +151,7 @@ private:
     void set_batch(int64_t rows);
 
     LoopContext &ctx_;
+    DrainFigures fig_;
     ClaimBook &book_;  // each claimed row's state (claim_book.hpp)
     Recovery &recovery_;
     DueFloor &floor_;

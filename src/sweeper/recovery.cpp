@@ -84,14 +84,11 @@ Task<void> Recovery::check_recent_fires() {
     // replicated, the fire was not): token-matched, they go back and fire at once instead
     // of after the lease. A row nobody holds, or someone else's, is left alone.
     std::optional<int64_t> released = co_await release_rows(ctx_, back, ctx_.cfg.stmt_timeout_ms, "hand-back of lost fires");
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.failover.recent_fires_checked_total += static_cast<int64_t>(look.size());
-        ctx_.stats.f.failover.recent_fires_lost_total += lost_timers;
-        if (released) {
-            ctx_.stats.f.failover.handed_back_total += *released;
-            ctx_.stats.f.released_total += *released;
-        }
+    fig_.recent_fires_checked_total += static_cast<int64_t>(look.size());
+    fig_.recent_fires_lost_total += lost_timers;
+    if (released) {
+        fig_.handed_back_total += *released;
+        shares_.released += *released;
     }
     if (lost_timers > 0)
         ctx_.log.warn(std::to_string(lost_timers) + " timer(s) in " + std::to_string(lost_segments) +
@@ -106,11 +103,7 @@ void Recovery::notice_disconnects() {
     const PoolFigures pf = ctx_.pool.figures();
     if (pf.disconnects_total <= seen_disconnects_) return;
     seen_disconnects_ = pf.disconnects_total;
-    bool known;
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        known = !ctx_.stats.f.failover.server.empty();
-    }
+    const bool known = !fig_.server.empty();
     const LinkStep st = link_step(link_, LinkEvent::disconnect_seen, known);
     link_ = st.next;
     if (st.new_loss) {
@@ -131,19 +124,16 @@ void Recovery::note_lost(const char *phase, const PgResult &r) {
 void Recovery::date_loss(const char *phase, const PgResult &r, bool first) {
     const bool ro = is_read_only(r);
     std::string was;
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &fo = ctx_.stats.f.failover;
-        ++fo.lost_total;
-        if (ro) ++fo.read_only_total;
-        if (first) {
-            fo.last_lost_unix_ms = wall_now_ms();
-            fo.last_lost_phase = phase;
-            fo.last_lost_error = r.message;
-            fo.lost_server = fo.server;
-        }
-        was = fo.server;
+    auto &fo = fig_;
+    ++fo.lost_total;
+    if (ro) ++fo.read_only_total;
+    if (first) {
+        fo.last_lost_unix_ms = wall_now_ms();
+        fo.last_lost_phase = phase;
+        fo.last_lost_error = r.message;
+        fo.lost_server = fo.server;
     }
+    was = fo.server;
     if (first)
         ctx_.log.warn(std::string("connection to ") + (was.empty() ? std::string("the database") : was) +
                       " lost during " + phase +
@@ -154,8 +144,7 @@ void Recovery::date_loss(const char *phase, const PgResult &r, bool first) {
 void Recovery::add_parked(ParkedFire pf, int64_t rows) {
     const bool in_doubt = pf.in_doubt;
     parked_.push_back(std::move(pf));
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    auto &fo = ctx_.stats.f.failover;
+    auto &fo = fig_;
     fo.parked_claims += rows;
     if (in_doubt) {
         ++fo.in_doubt_fires_total;
@@ -218,9 +207,8 @@ void Recovery::remember_lost_claim(const std::string &claim_id, uint64_t sent_mo
     constexpr size_t kMaxRemembered = 64;
     if (lost_claims_.size() >= kMaxRemembered) lost_claims_.erase(lost_claims_.begin());
     lost_claims_.push_back(std::move(lc));
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ++ctx_.stats.f.failover.lost_claims_total;
-    ctx_.stats.f.failover.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
+    ++fig_.lost_claims_total;
+    fig_.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
 }
 
 void Recovery::note_fired(int64_t timers) {
@@ -229,14 +217,11 @@ void Recovery::note_fired(int64_t timers) {
     link_ = st.next;
     if (!st.resumed) return;
     std::string where, gap;
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &fo = ctx_.stats.f.failover;
-        fo.resumed_unix_ms = wall_now_ms();
-        fo.last_gap_ms = fo.resumed_unix_ms - fo.last_lost_unix_ms;
-        where = fo.server;
-        gap = std::to_string(fo.last_gap_ms);
-    }
+    auto &fo = fig_;
+    fo.resumed_unix_ms = wall_now_ms();
+    fo.last_gap_ms = fo.resumed_unix_ms - fo.last_lost_unix_ms;
+    where = fo.server;
+    gap = std::to_string(fo.last_gap_ms);
     ctx_.log.info("firing resumed on " + (where.empty() ? std::string("the database") : where) + ", " + gap +
                   " ms after the connection was lost");
 }
@@ -255,10 +240,7 @@ Task<bool> Recovery::identify_server() {
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     const IdentifyAnswer a = read_identify_answer(r);
     if (!a.readable) {
-        if (is_read_only(r)) {
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            ++ctx_.stats.f.failover.read_only_total;
-        }
+        if (is_read_only(r)) ++fig_.read_only_total;
         co_return false;
     }
     const std::string &server = a.server;
@@ -268,22 +250,19 @@ Task<bool> Recovery::identify_server() {
     link_ = st.next;
     std::string before;
     bool changed = false;
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &fo = ctx_.stats.f.failover;
-        before = fo.server;
-        changed = is_new_server({before, identity_}, {server, identity});
-        if (changed) {
-            ++fo.server_changes_total;
-            ++server_changes_;
-        }
-        fo.server = server;
-        fo.server_identity = identity;
-        fo.server_in_recovery = in_recovery;
-        // The first identification after the last recorded loss dates the reconnection.
-        if (fo.last_lost_unix_ms >= 0 && fo.reconnected_unix_ms < fo.last_lost_unix_ms)
-            fo.reconnected_unix_ms = wall_now_ms();
+    auto &fo = fig_;
+    before = fo.server;
+    changed = is_new_server({before, identity_}, {server, identity});
+    if (changed) {
+        ++fo.server_changes_total;
+        ++server_changes_;
     }
+    fo.server = server;
+    fo.server_identity = identity;
+    fo.server_in_recovery = in_recovery;
+    // The first identification after the last recorded loss dates the reconnection.
+    if (fo.last_lost_unix_ms >= 0 && fo.reconnected_unix_ms < fo.last_lost_unix_ms)
+        fo.reconnected_unix_ms = wall_now_ms();
     const std::string was_identity = identity_;
     identity_ = identity;
     const bool again = st.again;
@@ -325,19 +304,15 @@ Task<void> Recovery::hand_back_lost_claims() {
         }
         lost_claims_.erase(lost_claims_.begin());
         const int64_t released = *answered;
-        {
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            auto &fo = ctx_.stats.f.failover;
-            fo.lost_claims_handed_back_total += released;
-            fo.handed_back_total += released;
-            ctx_.stats.f.released_total += released;
-        }
+        auto &fo = fig_;
+        fo.lost_claims_handed_back_total += released;
+        fo.handed_back_total += released;
+        shares_.released += released;
         if (released > 0)
             ctx_.log.info("handed back " + std::to_string(released) +
                           " timer(s) of a claim whose answer the lost connection took, instead of waiting out the lease");
     }
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.failover.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
+    fig_.lost_claims_pending = static_cast<int64_t>(lost_claims_.size());
 }
 
 // One statement looks at every parked segment: are its timers still in the table (then its
@@ -413,16 +388,12 @@ Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen)
         if (fp.count != InDoubtFirePlan::Count::none) pf.counted = true;
     }
     const int64_t calls = plan.fired_calls + plan.not_fired_calls;
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        auto &x = ctx_.stats.f;
-        x.fired_total += plan.fired_rows;
-        x.fired_segments_total += plan.fired_segments;
-        x.failover.in_doubt_fired_total += plan.fired_calls;
-        x.failover.in_doubt_not_fired_total += plan.not_fired_calls;
-        x.failover.in_doubt_pending -= calls;
-        x.failover.in_doubt_timers_announced_total += plan.fired_rows;
-    }
+    shares_.fired += plan.fired_rows;
+    shares_.fired_segments += plan.fired_segments;
+    fig_.in_doubt_fired_total += plan.fired_calls;
+    fig_.in_doubt_not_fired_total += plan.not_fired_calls;
+    fig_.in_doubt_pending -= calls;
+    fig_.in_doubt_timers_announced_total += plan.fired_rows;
     if (calls > 0)
         ctx_.log.info("resolved " + std::to_string(calls) + " fire(s) whose answer was lost: " +
                       std::to_string(plan.fired_calls) + " committed (" + std::to_string(plan.fired_rows) +
@@ -440,12 +411,9 @@ void Recovery::drop_decided(const std::vector<size_t> &decided, int64_t released
     int64_t still = 0;
     for (const ParkedFire &pf : parked_)
         for (const ParkedSegment &ps : pf.segments) still += static_cast<int64_t>(ps.rows.size());
-    {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.failover.handed_back_total += released;
-        ctx_.stats.f.failover.parked_claims = still;
-        ctx_.stats.f.released_total += released;
-    }
+    fig_.handed_back_total += released;
+    fig_.parked_claims = still;
+    shares_.released += released;
     if (released > 0)
         ctx_.log.info("handed back " + std::to_string(released) +
                       " claim(s) held when the connection was lost, instead of waiting out the lease");
@@ -469,16 +437,13 @@ Task<void> Recovery::release_parked_unchecked() {
             co_await release_rows(ctx_, rows, ctx_.cfg.stmt_timeout_ms, "hand-back after reconnecting");
         if (!released) co_return;
         const int64_t n = static_cast<int64_t>(rows.size());
-        {
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            auto &fo = ctx_.stats.f.failover;
-            fo.handed_back_total += *released;
-            fo.parked_claims -= n;
-            ctx_.stats.f.released_total += *released;
-            if (pf.in_doubt && !pf.counted) {
-                --fo.in_doubt_pending;
-                ++(*released == n ? fo.in_doubt_not_fired_total : fo.in_doubt_unknown_total);
-            }
+        auto &fo = fig_;
+        fo.handed_back_total += *released;
+        fo.parked_claims -= n;
+        shares_.released += *released;
+        if (pf.in_doubt && !pf.counted) {
+            --fo.in_doubt_pending;
+            ++(*released == n ? fo.in_doubt_not_fired_total : fo.in_doubt_unknown_total);
         }
         for (const RowRef &r : rows) book_.move(r.tenant, r.queue, r.timer_key, r.claim_token, RowEvent::settled);
         parked_.erase(parked_.begin());

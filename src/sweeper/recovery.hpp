@@ -70,6 +70,14 @@ public:
     // At a graceful stop: whatever is parked is released with every other held claim.
     void forget_parked() { parked_.clear(); }
     bool has_parked() const { return !parked_.empty(); }
+    // The recovery's own figures (stats "failover"), and its part of fired_total,
+    // fired_segments_total and released_total; written by the recovery alone, on the loop
+    // thread; Sweeper::publish_pool gathers them into the snapshot.
+    struct Shares {
+        int64_t fired = 0, fired_segments = 0, released = 0;
+    };
+    const FailoverFigures &figures() const { return fig_; }
+    const Shares &shares() const { return shares_; }
     // How many times a different server answered after a loss (a failover).
     uint64_t server_changes() const { return server_changes_; }
 
@@ -110,6 +118,8 @@ private:
     void add_parked(ParkedFire pf, int64_t rows);
 
     LoopContext &ctx_;
+    FailoverFigures fig_;
+    Shares shares_;
     ClaimBook &book_;
     std::vector<ParkedFire> parked_;
     std::vector<LostClaim> lost_claims_;

@@ -293,6 +293,16 @@ void Sweeper::publish_pool() {
     stats_.f.pool = std::move(p);
     stats_.f.log_lines_suppressed_total = suppressed;
     publish_book_locked();
+    // Each phase's own figures, gathered: the drain's, and the recovery's with its part of
+    // what both count (fires found committed after a lost answer, rows handed back).
+    if (drain_) static_cast<DrainFigures &>(stats_.f) = drain_->figures();
+    if (recovery_) {
+        const Recovery::Shares &sh = recovery_->shares();
+        stats_.f.failover = recovery_->figures();
+        stats_.f.fired_total += sh.fired;
+        stats_.f.fired_segments_total += sh.fired_segments;
+        stats_.f.released_total += sh.released;
+    }
 }
 
 // The claim book's figures, and what it refused since the last time (a bug of this library:
