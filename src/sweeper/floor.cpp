@@ -75,31 +75,27 @@ std::optional<int64_t> DueFloor::horizon_ms(int64_t idle_cycles) const {
 void DueFloor::note_answer(const FloorTicket &sent, std::optional<int64_t> answered,
                            std::optional<int64_t> server_now_ms) {
     floor_ms_ = floor_after_answer(floor_ms_, epoch_, sent, answered);
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    if (server_now_ms) ctx_.stats.f.floor.lag_ms = floor_ms_ ? std::max<int64_t>(*server_now_ms - *floor_ms_, 0) : -1;
+    if (server_now_ms) fig_.lag_ms = floor_ms_ ? std::max<int64_t>(*server_now_ms - *floor_ms_, 0) : -1;
 }
 
 void DueFloor::reset() {
     if (!floor_ms_) return;
     floor_ms_.reset();
     ++epoch_;
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ++ctx_.stats.f.floor.resets_total;
-    ctx_.stats.f.floor.lag_ms = -1;
+    ++fig_.resets_total;
+    fig_.lag_ms = -1;
 }
 
 void DueFloor::note_probe_backlog(bool due_capped) {
     backlog_ = backlog_after_probe(due_capped);
     if (backlog_) return;
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.floor.tenants_named = 0;
+    fig_.tenants_named = 0;
 }
 
 void DueFloor::note_claim_backlog(bool sent_in_backlog, int64_t got, int64_t want, int64_t tenants) {
     backlog_ = backlog_after_claim(backlog_, got, want);
     if (got > 0) last_claim_tenants_ = tenants;
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    ctx_.stats.f.floor.tenants_named = sent_in_backlog ? tenants : 0;
+    fig_.tenants_named = sent_in_backlog ? tenants : 0;
 }
 
 bool DueFloor::head_walk_due() const { return !walking_ && floor_ms_ && ctx_.now() >= next_walk_; }
@@ -135,8 +131,7 @@ Task<void> DueFloor::head_walk() {
     }
     if (!ok) {
         ctx_.note_error("floor", r);
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ++ctx_.stats.f.floor.head_walk_failures_total;
+        ++fig_.head_walk_failures_total;
         co_return;
     }
     // Only the floor the walk was sent with is lowered: a reset meanwhile (another
@@ -147,8 +142,7 @@ Task<void> DueFloor::head_walk() {
         ctx_.log.info("a timer was found behind the floor (a transaction committed long after it wrote it): "
                       "the floor goes back to it");
     }
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    auto &fl = ctx_.stats.f.floor;
+    auto &fl = fig_;
     ++fl.head_walks_total;
     fl.head_walk_ms = took;
     fl.dead_tuples = dead;

@@ -106,6 +106,11 @@ public:
     FloorTicket ticket() const { return {floor_ms_, epoch_}; }
     // A probe's or a claim's answer (server now, when the probe read it, for the lag).
     void note_answer(const FloorTicket &sent, std::optional<int64_t> answered, std::optional<int64_t> server_now_ms);
+    // Due rows another transaction keeps locked, at the last probe (stats floor.held_rows).
+    void note_held_rows(int64_t held) { fig_.held_rows = held; }
+    // The floor's own figures (stats "floor", less the ring's tidy's), written by the floor
+    // alone on the loop thread; Sweeper::publish_pool gathers them into the snapshot.
+    const FloorFigures &figures() const { return fig_; }
     // A new server (a failover): its rows and clock are another's; walk from the head.
     void reset();
 
@@ -130,6 +135,7 @@ public:
 
 private:
     LoopContext &ctx_;
+    FloorFigures fig_;
     std::optional<int64_t> floor_ms_;
     uint64_t epoch_ = 0;
     bool backlog_ = false;

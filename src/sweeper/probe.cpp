@@ -47,6 +47,7 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     if (a.now_ms) recovery_->note_server_clock(*a.now_ms, sent, got);
     floor_->note_answer(floor, a.floor_ms, a.now_ms);
     floor_->note_probe_backlog(a.due_capped);
+    floor_->note_held_rows(p.held);
     p.fire_enabled = a.fire_enabled;
     if (!a.fire_enabled && !cycle_.fire_paused_logged) {
         log_.warn(std::string("fire paused by ") + (a.maintenance ? "maintenance mode" : "timers_fire_enabled = false") +
@@ -59,7 +60,6 @@ Task<Sweeper::ProbeResult> Sweeper::probe(const std::vector<int16_t> &shards) {
     std::lock_guard<std::mutex> g(stats_.mu);
     auto &f = stats_.f;
     f.timers_due = p.due;
-    f.floor.held_rows = p.held;
     if (a.turn_timeouts) f.claim_turn_timeouts_fleet_total = *a.turn_timeouts;
     f.timers_due_capped = a.due_capped;
     f.timers_oldest_late_ms = a.late_ms;

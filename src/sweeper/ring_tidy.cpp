@@ -31,9 +31,8 @@ Task<void> RingTidy::run(bool allowed, uint64_t now_mono) {
         a = read_ring_tidy_answer(r.get(0, 0));
     }
     if (a.readable) {
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ctx_.stats.f.floor.ring_tenants = a.tenants;
-        ctx_.stats.f.floor.ring_removed_total += a.removed;
+        fig_.tenants = a.tenants;
+        fig_.removed_total += a.removed;
     }
     next_mono_ = ctx_.now() + static_cast<uint64_t>(ring_tidy_wait(a.readable, a.tenants,
                                                                    ctx_.cfg.sweeper_transient_backoff_ms));

@@ -29,10 +29,19 @@ public:
     // One call if allowed and the gate (read at `now_mono`) is open.
     Task<void> run(bool allowed, uint64_t now_mono);
 
+    // Its figures (stats floor.ring_tenants, floor.ring_removed_total), its own: written on
+    // the loop thread, gathered by Sweeper::publish_pool.
+    struct Figures {
+        int64_t tenants = -1;  // entries at the last tidy (-1: none yet)
+        int64_t removed_total = 0;
+    };
+    const Figures &figures() const { return fig_; }
+
 private:
     const LoopContext &ctx_;
     bool off_ = false;  // class 42 (an older schema without the ring's table): off for good
     uint64_t next_mono_ = 0;
+    Figures fig_;
 };
 
 }  // namespace qsw

@@ -34,6 +34,7 @@ public:
     int64_t ms_until_next_gate() const { return rollup_.ms_until_gate(); }
     // Until the prune's gate opens again; INT64_MAX once it is off.
     int64_t ms_until_prune() const { return prune_.ms_until_gate(); }
+    const RingTidy::Figures &ring_tidy_figures() const { return ring_tidy_.figures(); }
 
 private:
     const LoopContext &ctx_;

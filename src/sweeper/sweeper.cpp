@@ -296,6 +296,11 @@ void Sweeper::publish_pool() {
     // Each phase's own figures, gathered: the drain's, and the recovery's with its part of
     // what both count (fires found committed after a lost answer, rows handed back).
     if (drain_) static_cast<DrainFigures &>(stats_.f) = drain_->figures();
+    if (floor_) stats_.f.floor = floor_->figures();
+    if (sub_clocks_) {
+        stats_.f.floor.ring_tenants = sub_clocks_->ring_tidy_figures().tenants;
+        stats_.f.floor.ring_removed_total = sub_clocks_->ring_tidy_figures().removed_total;
+    }
     if (recovery_) {
         const Recovery::Shares &sh = recovery_->shares();
         stats_.f.failover = recovery_->figures();
