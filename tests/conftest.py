@@ -28,7 +28,7 @@ if _KIT not in sys.path:
 import psycopg2  # noqa: E402
 import pytest  # noqa: E402
 
-from queenkit import (Queen, Sweepers, apply_schema_via_sweeper, connect, env_conninfo,  # noqa: E402
+from queenkit import (Connections, Queen, Sweepers, apply_schema_via_sweeper, connect, env_conninfo,  # noqa: E402
                       reset_tables)
 
 
@@ -67,23 +67,10 @@ def schema(conninfo):
 
 @pytest.fixture
 def connections(conninfo, schema):
-    """A factory of extra connections (autocommit by default), all closed at teardown (an
-    open transaction rolled back first)."""
-    opened = []
-
-    def make(autocommit=True):
-        c = connect(conninfo, autocommit)
-        opened.append(c)
-        return c
-
+    """Extra connections (queenkit.Connections), all closed at teardown."""
+    make = Connections(conninfo)
     yield make
-    for c in opened:
-        try:
-            if not c.autocommit:
-                c.rollback()
-            c.close()
-        except Exception:
-            pass
+    make.close_all()
 
 
 @pytest.fixture

@@ -137,6 +137,31 @@ def connect(conninfo="", autocommit=True, *, attempts=1, retry_delay=0.5, **para
     return conn
 
 
+class Connections:
+    """A factory of extra connections, all closed by close_all() (an open transaction rolled
+    back first): make(dsn=default, autocommit=True, **keywords) as connect() takes them. The
+    one behind every suite's `connections` fixture."""
+
+    def __init__(self, default_dsn=""):
+        self.default_dsn = default_dsn
+        self.opened = []
+
+    def __call__(self, dsn=None, autocommit=True, **kw):
+        c = connect(self.default_dsn if dsn is None else dsn, autocommit, **kw)
+        self.opened.append(c)
+        return c
+
+    def close_all(self):
+        for c in self.opened:
+            try:
+                if not c.closed and not c.autocommit:
+                    c.rollback()
+                c.close()
+            except Exception:
+                pass
+        self.opened = []
+
+
 def as_user(conninfo, user):
     """The same conninfo logged in as another role."""
     out, n = re.subn(r"\buser=\S+", f"user={user}", conninfo)

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from queenkit import apply_schema, connect, reset_tables
+from queenkit import Connections, apply_schema, connect, reset_tables
 from sqlkit import Queen
 
 
@@ -40,21 +40,10 @@ def schema(conninfo):
 
 @pytest.fixture
 def connections(conninfo, schema):
-    """A factory of extra autocommit connections, all closed at teardown: make(dsn="",
-    **keywords), the PG* defaults unless a conninfo (dsn) or keywords say otherwise."""
-    opened = []
-
-    def make(dsn=conninfo, **kw):
-        c = connect(dsn, **kw)
-        opened.append(c)
-        return c
-
+    """Extra connections (queenkit.Connections), all closed at teardown."""
+    make = Connections(conninfo)
     yield make
-    for c in opened:
-        try:
-            c.close()
-        except Exception:
-            pass
+    make.close_all()
 
 
 @pytest.fixture
