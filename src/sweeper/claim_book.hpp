@@ -26,6 +26,7 @@
 // never join to the same key); lookups build their key in a reused buffer. Loop thread only.
 #pragma once
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +37,12 @@
 #include "codec/packer.hpp"
 
 namespace qsw {
+
+// A claim's rows, shared by whatever still has a part of them to settle (the claim's own
+// pass, its kept segments, its parked fires): each of those is indexes into the claim's rows,
+// never a copy of part of them, so a later replay (one timer per call) packs each row's own
+// payload and a row's state is the book's alone.
+using ClaimRows = std::shared_ptr<std::vector<ClaimedTimer>>;
 
 enum class RowState : uint8_t { claimed, firing, kept, parked };
 inline constexpr size_t kRowStates = 4;

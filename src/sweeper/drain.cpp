@@ -394,7 +394,7 @@ Task<void> Drain::settle_unframed(Claim &c, const PackResult &packed) {
                       "); failing them as permanent, each with its own reason");
         std::map<std::string, std::vector<size_t>> by_reason;
         for (auto &[idx, reason] : packed.rejected) by_reason[reason].push_back(idx);
-        for (auto &[reason, idxs] : by_reason) co_await fail_rows(*c.rows, idxs, "cannot be framed: " + reason, "permanent");
+        for (auto &[reason, idxs] : by_reason) co_await fail_rows(c.rows, idxs, "cannot be framed: " + reason, "permanent");
     }
     if (!packed.deferred.empty()) {
         co_await hand_back(*c.rows, packed.deferred, static_cast<int64_t>(packed.deferred.size()), "inflation budget");
@@ -507,7 +507,7 @@ Task<Drain::FireEnd> Drain::on_fire_answer(const ClaimRows &owner, FireBatch &ba
         bad.message = "fire answer unreadable: " + answer.unreadable +
                       "; resolved from the log on the next cycle, as a fire whose answer was lost";
         ctx_.log.error(bad.message);
-        recovery_.park_fire(rows, batch, true);
+        recovery_.park_fire(owner, batch, true);
         co_return FireEnd{false, std::move(bad)};
     }
     FireTally t = tally_fire(answer, batch, rows, static_cast<int64_t>(ctx_.now()));
@@ -578,7 +578,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &b
         // a standby that is primary now): resolved from the log once connected again; its
         // claims stay ours meanwhile, no attempt spent.
         recovery_.note_lost("fire", r);
-        recovery_.park_fire(rows, batch, !is_read_only(r) && !is_never_sent(r));
+        recovery_.park_fire(owner, batch, !is_read_only(r) && !is_never_sent(r));
         co_return FireEnd{};
     case FailedFire::busy:
         move_rows(rows, batch, RowEvent::busy);
@@ -602,7 +602,7 @@ Task<Drain::FireEnd> Drain::on_fire_failure(const ClaimRows &owner, FireBatch &b
     if (plan.isolating && cls != ErrorClass::transient) {
         fig_.poisoned_total += static_cast<int64_t>(all.size());
     }
-    co_await fail_rows(rows, all, r.message, error_class_name(cls));
+    co_await fail_rows(owner, all, r.message, error_class_name(cls));
     co_return FireEnd{};
 }
 
@@ -634,9 +634,10 @@ Task<Drain::FireEnd> Drain::isolate(const ClaimRows &owner, FireBatch &batch, co
 // ---- Failing, handing back, keeping ------------------------------------------------------
 
 // A failure, and the move to the DLQ of what it exhausts, in one call (log_timers_fail_v2).
-Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which,
+Task<void> Drain::fail_rows(const ClaimRows &owner, const std::vector<size_t> &which,
                             const std::string &error, const std::string &cls) {
     if (which.empty()) co_return;
+    const std::vector<ClaimedTimer> &rows = *owner;
     FailArgs args;
     for (size_t idx : which) {
         args.tenants.push_back(rows[idx].tenant);
@@ -655,7 +656,7 @@ Task<void> Drain::fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<s
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     if (is_answer_lost(r) && !ctx_.hard_stop.load()) {
         recovery_.note_lost("fail", r);
-        recovery_.park_rows(rows, which);  // still ours: handed back once connected again
+        recovery_.park_rows(owner, which);  // still ours: handed back once connected again
         co_return;
     }
     for (size_t idx : which) book_.move(rows[idx], RowEvent::settled);

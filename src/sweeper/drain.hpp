@@ -39,11 +39,6 @@
 
 namespace qsw {
 
-// A claim's rows, shared by what still has a part of them to fire (the claim's own pass,
-// its kept segments): a kept segment is the claim's rows themselves, never a copy of part
-// of them, so a later replay of it (one timer per call) packs each row's own payload.
-using ClaimRows = std::shared_ptr<std::vector<ClaimedTimer>>;
-
 // (tenant, queue, partition) of a kept segment.
 using PartitionKey = std::array<std::string, 3>;
 using PartitionKeys = std::vector<PartitionKey>;
@@ -137,7 +132,7 @@ private:
     void publish_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, const FireTally &t);
     Task<FireEnd> on_fire_failure(const ClaimRows &rows, FireBatch &batch, PgResult r, const CallPlan &plan);
     Task<FireEnd> isolate(const ClaimRows &rows, FireBatch &batch, const CallPlan &plan);
-    Task<void> fail_rows(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, const std::string &error,
+    Task<void> fail_rows(const ClaimRows &rows, const std::vector<size_t> &which, const std::string &error,
                          const std::string &cls);
     Task<void> hand_back(std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which, int64_t expected,
                          const char *why);

@@ -152,15 +152,18 @@ void Recovery::add_parked(ParkedFire pf, int64_t rows) {
     }
 }
 
-void Recovery::park_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, bool in_doubt) {
+// A parked row is never sent again (row_next): its payload goes back at once; what the
+// recovery needs of it (names, token) stays in the claim's rows.
+void Recovery::park_fire(const ClaimRows &rows, const FireBatch &batch, bool in_doubt) {
     ParkedFire pf;
     pf.in_doubt = in_doubt;
+    pf.rows = rows;
     int64_t n = 0;
     for (const PackedSegment &seg : batch.segments) {
-        ParkedSegment ps{seg.tenant, seg.queue, seg.partition, seg.count, seg.hashes, {}};
+        ParkedSegment ps{seg.tenant, seg.queue, seg.partition, seg.count, seg.hashes, seg.rows};
         for (size_t idx : seg.rows) {
-            ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
-            book_.move(rows[idx], RowEvent::answer_lost);
+            book_.move((*rows)[idx], RowEvent::answer_lost);
+            std::string().swap((*rows)[idx].payload);
         }
         n += static_cast<int64_t>(seg.rows.size());
         pf.segments.push_back(std::move(ps));
@@ -168,14 +171,15 @@ void Recovery::park_fire(const std::vector<ClaimedTimer> &rows, const FireBatch 
     add_parked(std::move(pf), n);
 }
 
-void Recovery::park_rows(const std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which) {
+void Recovery::park_rows(const ClaimRows &rows, const std::vector<size_t> &which) {
     // Rows of a fail call: nothing of theirs can be in the log, only handed back.
     ParkedFire pf;
+    pf.rows = rows;
     for (size_t idx : which) {
-        ParkedSegment ps{rows[idx].tenant, rows[idx].queue, rows[idx].partition, 0, {}, {}};
-        ps.rows.emplace_back(rows[idx].timer_key, rows[idx].claim_token);
-        book_.move(rows[idx], RowEvent::answer_lost);
-        pf.segments.push_back(std::move(ps));
+        const ClaimedTimer &t = (*rows)[idx];
+        pf.segments.push_back(ParkedSegment{t.tenant, t.queue, t.partition, 0, {}, {idx}});
+        book_.move(t, RowEvent::answer_lost);
+        std::string().swap((*rows)[idx].payload);
     }
     add_parked(std::move(pf), static_cast<int64_t>(which.size()));
 }
@@ -329,9 +333,9 @@ Task<void> Recovery::resolve_parked() {
             args.tenants.push_back(ps.tenant);
             args.queues.push_back(ps.queue);
             args.hashes.emplace_back(ps.hashes);
-            for (const auto &kt : ps.rows) {
+            for (size_t idx : ps.rows) {
                 args.key_segments.push_back(i);
-                args.keys.push_back(kt.first);
+                args.keys.push_back((*pf.rows)[idx].timer_key);
             }
         }
     // queen.log_timers_in_doubt_v1 (SECURITY DEFINER) answers for a role that reads no table.
@@ -375,12 +379,12 @@ Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen)
         // Committed, answer lost: the host hears of it now, once, and never again.
         for (const auto &[s, base] : fp.announce) {
             const ParkedSegment &ps = pf.segments[s];
-            for (const auto &[key, token] : ps.rows) book_.move(ps.tenant, ps.queue, key, token, RowEvent::settled);
+            for (size_t idx : ps.rows) book_.move((*pf.rows)[idx], RowEvent::settled);
             ctx_.announce(ps.tenant, ps.queue, ps.partition, static_cast<uint32_t>(ps.count), base);
         }
         for (size_t s : fp.release) {
             const ParkedSegment &ps = pf.segments[s];
-            for (const auto &kt : ps.rows) out.release.push_back(RowRef{ps.tenant, ps.queue, kt.first, kt.second});
+            for (size_t idx : ps.rows) out.release.push_back(row_ref((*pf.rows)[idx]));
         }
         std::vector<ParkedSegment> left;
         for (size_t s : fp.left) left.push_back(std::move(pf.segments[s]));
@@ -404,8 +408,9 @@ Recovery::Settled Recovery::settle_checked(const std::vector<InDoubtSeen> &seen)
 // Decided fires leave the books, their rows with them, in one pass from the back.
 void Recovery::drop_decided(const std::vector<size_t> &decided, int64_t released) {
     for (auto it = decided.rbegin(); it != decided.rend(); ++it) {
-        for (const ParkedSegment &ps : parked_[*it].segments)
-            for (const auto &[key, token] : ps.rows) book_.move(ps.tenant, ps.queue, key, token, RowEvent::settled);
+        const ParkedFire &pf = parked_[*it];
+        for (const ParkedSegment &ps : pf.segments)
+            for (size_t idx : ps.rows) book_.move((*pf.rows)[idx], RowEvent::settled);
         parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(*it));
     }
     int64_t still = 0;
@@ -432,7 +437,7 @@ Task<void> Recovery::release_parked_unchecked() {
         ParkedFire &pf = parked_.front();
         std::vector<RowRef> rows;
         for (const ParkedSegment &ps : pf.segments)
-            for (const auto &kt : ps.rows) rows.push_back(RowRef{ps.tenant, ps.queue, kt.first, kt.second});
+            for (size_t idx : ps.rows) rows.push_back(row_ref((*pf.rows)[idx]));
         std::optional<int64_t> released =
             co_await release_rows(ctx_, rows, ctx_.cfg.stmt_timeout_ms, "hand-back after reconnecting");
         if (!released) co_return;

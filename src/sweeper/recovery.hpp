@@ -52,8 +52,8 @@ public:
     void note_lost(const char *phase, const PgResult &r);
     // The rows of a fire whose answer was lost (in_doubt: it was sent and may have
     // committed), or of a fail call (which cannot be in the log): kept, still ours.
-    void park_fire(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, bool in_doubt);
-    void park_rows(const std::vector<ClaimedTimer> &rows, const std::vector<size_t> &which);
+    void park_fire(const ClaimRows &rows, const FireBatch &batch, bool in_doubt);
+    void park_rows(const ClaimRows &rows, const std::vector<size_t> &which);
     // A claim sent at `sent_mono` with id `claim_id` whose answer was lost.
     // floor_ms: the floor the claim was sent with (its rows are at or after it, but listed
     // held rows), which bounds the hand-back's walk; none: from the index's head.

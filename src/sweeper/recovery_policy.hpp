@@ -4,9 +4,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "codec/packer.hpp"
 
 namespace qsw {
 
@@ -18,11 +21,14 @@ struct ParkedSegment {
     std::string tenant, queue, partition;
     int64_t count = 0;
     std::string hashes;
-    std::vector<std::pair<std::string, std::string>> rows;  // (timer key, claim token), frame order
+    std::vector<size_t> rows;  // indexes into its fire's rows (ParkedFire::rows), frame order
 };
+// The rows are the claim's own (shared with it, never copied); their state, parked, is the
+// claim book's.
 struct ParkedFire {
     bool in_doubt = false;  // sent, answer lost: it may have committed
     bool counted = false;   // its resolution is in the stats already
+    std::shared_ptr<const std::vector<ClaimedTimer>> rows;
     std::vector<ParkedSegment> segments;
 };
 

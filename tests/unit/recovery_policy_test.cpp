@@ -14,7 +14,7 @@ ParkedSegment seg(int64_t count, bool hashes = true) {
     s.partition = "p";
     s.count = count;
     if (hashes) s.hashes = std::string(16, 'h');
-    for (int64_t i = 0; i < count; ++i) s.rows.emplace_back("k" + std::to_string(i), "tok");
+    for (int64_t i = 0; i < count; ++i) s.rows.push_back(static_cast<size_t>(i));
     return s;
 }
 ParkedFire fire(std::vector<ParkedSegment> segs, bool in_doubt = true) {
