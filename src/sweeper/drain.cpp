@@ -693,11 +693,14 @@ Task<void> Drain::hand_back(std::vector<ClaimedTimer> &rows, const std::vector<s
     fig_.released_total += released;
 }
 
-// Every row of a claim this sweeper still holds goes back (no attempt spent).
+// Every row of a claim this sweeper still holds goes back (no attempt spent), but a parked one.
 Task<void> Drain::hand_back_claim(std::vector<ClaimedTimer> &rows, const char *why) {
+    // A parked row is the recovery's to settle (its fire may have committed): left to it.
     std::vector<size_t> still;
-    for (size_t i = 0; i < rows.size(); ++i)
-        if (book_.holds(rows[i])) still.push_back(i);
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const std::optional<RowState> st = book_.state_of(rows[i]);
+        if (st && *st != RowState::parked) still.push_back(i);
+    }
     if (!still.empty()) co_await hand_back(rows, still, static_cast<int64_t>(still.size()), why);
 }
 
