@@ -69,7 +69,7 @@ const std::string &ClaimBook::lookup(std::string_view tenant, std::string_view q
 }
 
 void ClaimBook::refuse(std::string what) {
-    ++figures_.illegal_moves_total;
+    ++figures_.refused_moves_total;
     refusal_ = std::move(what);
 }
 

@@ -14,7 +14,7 @@
 // What may happen to a row in each state is the pure function row_next, tested at both ends
 // (tests/unit/claim_book_test.cpp); the book applies it and counts, never ignores, a move
 // the function refuses (a row settled twice, sent while in flight): such a move is a bug of
-// this library, said once per cause in the log and counted in stats (claims.illegal_moves_total).
+// this library, said once per cause in the log and counted in stats (claims.refused_moves_total).
 //
 // Entries are keyed by (tenant, queue, timer key, claim token): a row claimed again under
 // another claim (its lease lapsed while the first was parked) is another entry, and settling
@@ -69,7 +69,7 @@ RowMove row_next(RowState from, RowEvent e);
 // What the book holds, by state, and the moves it refused (stats: claims.*).
 struct ClaimBookFigures {
     std::array<int64_t, kRowStates> by_state{};
-    int64_t illegal_moves_total = 0;
+    int64_t refused_moves_total = 0;
 };
 
 class ClaimBook {

@@ -325,10 +325,12 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
 Task<bool> Drain::fire_claim(Claim &c, Pass &p) {
     Settled<bool> done = co_await settle(fire_claim_unguarded(c, p));
     if (!done.error) {
-        // What the claim settled gives its payload back at once; what is kept (shared with
-        // the kept segments) keeps its own, for their later tries and replays.
-        for (ClaimedTimer &t : *c.rows)
-            if (!book_.holds(t)) std::string().swap(t.payload);
+        // Rows shared with kept segments outlive the claim: what the claim settled gives its
+        // payload back at once, what is kept keeps its own for its later tries and replays.
+        // Unshared, the rows go with the claim.
+        if (c.rows.use_count() > 1)
+            for (ClaimedTimer &t : *c.rows)
+                if (!book_.holds(t)) std::string().swap(t.payload);
         co_return *done.value;
     }
     const std::string internal = describe(done.error);
@@ -446,18 +448,15 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
     q.timeout_ms = budget.timeout_ms;
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
-    FireEnd end;
-    if (r.ok && r.rows() == 1) {
-        end = co_await on_fire_answer(owner, batch, r, plan);
-    } else {
-        if (r.ok) {
-            r.ok = false;
-            r.origin = Origin::internal;
-            r.message = "the fire returned no row";
-        }
-        end = co_await on_fire_failure(owner, batch, std::move(r), plan);
+    // An answer publishes its figures itself (publish_fire, before on_fired).
+    if (r.ok && r.rows() == 1) co_return co_await on_fire_answer(owner, batch, r, plan);
+    if (r.ok) {
+        r.ok = false;
+        r.origin = Origin::internal;
+        r.message = "the fire returned no row";
     }
-    ctx_.publish_pool();  // what the answer did (kept, failed, handed back) in the snapshot
+    FireEnd end = co_await on_fire_failure(owner, batch, std::move(r), plan);
+    ctx_.publish_pool();  // what the failure did (kept, failed, handed back) in the snapshot
     co_return end;
 }
 

@@ -289,6 +289,14 @@ void Sweeper::publish_pool() {
     // Counts of repeating failures whose interval ended are said here, once a cycle at least.
     log_.flush_limited(static_cast<int64_t>(uv_now(&loop_)));
     const int64_t suppressed = log_.suppressed_total();
+    // What the claim book refused since the last time (a bug of this library): said once per
+    // interval with its count, never silently, and outside the stats lock (the host's log
+    // callback may read the stats).
+    if (const std::string refused = book_.take_refusal(); !refused.empty())
+        log_.limited(QUEEN_SWEEPER_LOG_ERROR, "claim-book",
+                     "claim book: " + refused +
+                         " (a bug of this library; the row's claim is settled by its lease or handed back at stop)",
+                     static_cast<int64_t>(uv_now(&loop_)));
     std::lock_guard<std::mutex> g(stats_.mu);
     stats_.f.pool = std::move(p);
     stats_.f.log_lines_suppressed_total = suppressed;
@@ -310,8 +318,7 @@ void Sweeper::publish_pool() {
     }
 }
 
-// The claim book's figures, and what it refused since the last time (a bug of this library:
-// said once per interval with its count, never silently).
+// The claim book's figures.
 void Sweeper::publish_book_locked() {
     const ClaimBookFigures &b = book_.figures();
     auto &c = stats_.f.claims;
@@ -319,12 +326,7 @@ void Sweeper::publish_book_locked() {
     c.firing = b.by_state[static_cast<size_t>(RowState::firing)];
     c.kept = b.by_state[static_cast<size_t>(RowState::kept)];
     c.parked = b.by_state[static_cast<size_t>(RowState::parked)];
-    c.refused_moves_total = b.illegal_moves_total;
-    const std::string refused = book_.take_refusal();
-    if (!refused.empty())
-        log_.limited(QUEEN_SWEEPER_LOG_ERROR, "claim-book", "claim book: " + refused + " (a bug of this library; "
-                     "the row's claim is settled by its lease or handed back at stop)",
-                     static_cast<int64_t>(uv_now(&loop_)));
+    c.refused_moves_total = b.refused_moves_total;
 }
 
 void Sweeper::note_error(const std::string &phase, const PgResult &r) {

@@ -103,7 +103,7 @@ TEST(ClaimBook, ARowsLifeFromClaimToFire) {
     EXPECT_FALSE(b.holds(t));
     EXPECT_TRUE(b.empty());
     for (RowState s : kStates) EXPECT_EQ(in(b, s), 0) << row_state_name(s);
-    EXPECT_EQ(b.figures().illegal_moves_total, 0);
+    EXPECT_EQ(b.figures().refused_moves_total, 0);
     EXPECT_EQ(b.take_refusal(), "");
 }
 
@@ -113,7 +113,7 @@ TEST(ClaimBook, ASecondSettlementIsRefusedCountedAndSaid) {
     b.enter(t);
     EXPECT_TRUE(b.move(t, RowEvent::settled));
     EXPECT_FALSE(b.move(t, RowEvent::settled));
-    EXPECT_EQ(b.figures().illegal_moves_total, 1);
+    EXPECT_EQ(b.figures().refused_moves_total, 1);
     EXPECT_NE(b.take_refusal().find("not in the claim book"), std::string::npos);
     EXPECT_EQ(b.take_refusal(), "");  // said once
 }
@@ -129,7 +129,7 @@ TEST(ClaimBook, ARefusedMoveLeavesTheRowAsItWas) {
     EXPECT_FALSE(b.move(t, RowEvent::sent));  // a parked row is never sent again
     EXPECT_EQ(b.state_of(t), RowState::parked);
     EXPECT_EQ(in(b, RowState::parked), 1);
-    EXPECT_EQ(b.figures().illegal_moves_total, 2);
+    EXPECT_EQ(b.figures().refused_moves_total, 2);
     EXPECT_NE(b.take_refusal().find("a parked row was sent"), std::string::npos);
 }
 
@@ -144,10 +144,10 @@ TEST(ClaimBook, TheSameTimerUnderTwoClaimsIsTwoEntries) {
     EXPECT_EQ(b.size(), 2u);
     EXPECT_TRUE(b.move(first, RowEvent::settled));
     EXPECT_EQ(b.state_of(again), RowState::claimed);
-    EXPECT_EQ(b.figures().illegal_moves_total, 0);
+    EXPECT_EQ(b.figures().refused_moves_total, 0);
     // Entering the same claim's row twice is refused and changes nothing.
     b.enter(again);
-    EXPECT_EQ(b.figures().illegal_moves_total, 1);
+    EXPECT_EQ(b.figures().refused_moves_total, 1);
     EXPECT_EQ(in(b, RowState::claimed), 1);
 }
 
@@ -170,7 +170,7 @@ TEST(ClaimBook, NamesThatConcatenateAlikeAreDistinct) {
     b.enter(r("a", "b", "", "ct"));
     b.enter(r("", "", "", ""));
     EXPECT_EQ(b.size(), 5u);
-    EXPECT_EQ(b.figures().illegal_moves_total, 0);
+    EXPECT_EQ(b.figures().refused_moves_total, 0);
     EXPECT_TRUE(b.move(r("a", "bc", "", "t"), RowEvent::settled));
     EXPECT_FALSE(b.holds(r("a", "bc", "", "t")));
     EXPECT_TRUE(b.holds(r("ab", "c", "", "t")));
