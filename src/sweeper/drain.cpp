@@ -228,8 +228,10 @@ int64_t Drain::fire_contention() const {
 }
 
 void Drain::set_batch(int64_t rows) {
+    const bool changed = rows != batch_;
     batch_ = rows;
     fig_.claim_batch = rows;
+    if (changed) ctx_.publish_pool();  // the batch a host reads is the one the next claim asks for
 }
 
 void Drain::reset_batch() { set_batch(ctx_.cfg.sweeper_claim_batch); }
