@@ -116,7 +116,7 @@ nlohmann::json Stats::to_json() {
                    {"skipped_total", x.rollup_skipped_total},
                    {"max_quota_ratio", x.rollup_max_quota_ratio},
                    {"sampled", x.rollup_sampled},
-                   {"tenants", x.rollup_tenants}};
+                   {"tenants", x.rollup_tenants ? *x.rollup_tenants : nlohmann::json::array()}};
     j["phases"] = {{"fire", x.phase_fire},
                    {"rollup", x.phase_rollup},
                    {"prune", x.phase_prune},

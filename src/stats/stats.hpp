@@ -1,10 +1,12 @@
-// Figures the loop publishes and any thread may read. The loop thread writes
-// under the mutex once per phase; the wake path only touches the atomics.
+// Figures the loop publishes and any thread may read. Each phase writes its own struct on the
+// loop thread without a lock; the publish gathers them under the mutex; the wake path only
+// touches the atomics.
 #pragma once
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -236,9 +238,40 @@ struct DrainFigures {
     CallFigures claim_calls;
 };
 
-// The snapshot a host reads: each phase's own figures (the drain's, by inheritance, with
-// the same flat JSON keys as ever), gathered under Stats::mu by Sweeper::publish_pool.
-struct Figures : DrainFigures {
+// The KV prune's figures (sweeper/prune.hpp), written by the prune alone on the loop thread.
+struct PruneFigures {
+    std::string phase_prune = "on";  // on, off_config, shed
+    int64_t kv_deleted_total = 0;
+    int64_t kv_prune_calls_total = 0;
+    int64_t kv_expired_not_pruned = 0;
+    bool kv_expired_not_pruned_capped = false;
+    int64_t kv_expiry_lag_ms = 0;
+};
+
+// The usage rollup's figures (sweeper/rollup.hpp), written by the rollup alone. The tenants'
+// gauges are shared, not copied, by each publish: they change once per pass.
+struct RollupFigures {
+    std::string phase_rollup = "on";  // on, off_config, shed
+    int64_t rollup_runs_total = 0;
+    int64_t rollup_skipped_total = 0;  // gate open here, but another broker's pass was recent or running
+    double rollup_max_quota_ratio = 0;
+    bool rollup_sampled = false;
+    std::shared_ptr<const nlohmann::json> rollup_tenants;  // null: no pass yet (an empty array)
+};
+
+// The ephemeral backstop's figures (sweeper/backstop.hpp), written by its timer's pass.
+struct BackstopFigures {
+    std::string phase_backstop = "off";  // on when a provider is set
+    int64_t backstop_runs_total = 0, backstop_failures_total = 0;
+    int64_t backstop_redelivered_total = 0, backstop_exhausted_total = 0;
+    int64_t backstop_ttl_dropped_total = 0, backstop_queues_collected_total = 0;
+    int64_t backstop_next_expiry_unix_ms = -1;
+};
+
+// The snapshot a host reads: each phase's own figures (by inheritance, with the same flat
+// JSON keys as ever), gathered under Stats::mu by Sweeper::publish_pool. What is declared
+// here directly is the sweeper's own: its loop, probe, readiness and lifecycle.
+struct Figures : DrainFigures, PruneFigures, RollupFigures, BackstopFigures {
     std::string state = "created";  // created, running, stopping, stopped, disabled
     std::string broker_id;
     int start_shard = 0;
@@ -273,25 +306,7 @@ struct Figures : DrainFigures {
     int64_t schema_version_expected = 0;   // what this library embeds (0: an unversioned schema)
     int64_t schema_version_database = -1;  // what the database records (-1: unknown or none)
     std::vector<std::string> config_warnings;  // e.g. a misspelt QUEEN_* variable, found at create
-    // Sub-clocks.
     std::string phase_fire = "on";
-    std::string phase_prune = "on";   // on, off_config, shed
-    std::string phase_rollup = "on";
-    std::string phase_backstop = "off";  // on when a provider is set
-    int64_t kv_deleted_total = 0;
-    int64_t kv_prune_calls_total = 0;
-    int64_t kv_expired_not_pruned = 0;
-    bool kv_expired_not_pruned_capped = false;
-    int64_t kv_expiry_lag_ms = 0;
-    int64_t rollup_runs_total = 0;
-    int64_t rollup_skipped_total = 0;  // gate open here, but another broker's pass was recent or running
-    double rollup_max_quota_ratio = 0;
-    bool rollup_sampled = false;
-    nlohmann::json rollup_tenants = nlohmann::json::array();
-    int64_t backstop_runs_total = 0, backstop_failures_total = 0;
-    int64_t backstop_redelivered_total = 0, backstop_exhausted_total = 0;
-    int64_t backstop_ttl_dropped_total = 0, backstop_queues_collected_total = 0;
-    int64_t backstop_next_expiry_unix_ms = -1;
     // The loop.
     int64_t pressure = 0;
     int64_t slow_pressure = 0;

@@ -16,6 +16,7 @@ int Backstop::set_provider(const queen_sweeper_backstop *p) {
     if (!p) {
         has_ = false;
         provider_ = {};
+        fig_.phase_backstop = "off";
         return QUEEN_SWEEPER_OK;
     }
     const size_t need = offsetof(queen_sweeper_backstop, attach_waker) + sizeof(p->attach_waker);
@@ -33,6 +34,7 @@ int Backstop::set_provider(const queen_sweeper_backstop *p) {
     if (p->struct_size < need) provider_.attach_waker = nullptr;
     provider_.struct_size = sizeof provider_;
     has_ = true;
+    fig_.phase_backstop = "on";
     return QUEEN_SWEEPER_OK;
 }
 
@@ -90,21 +92,18 @@ void Backstop::run() {
     } catch (...) {
         rc = QUEEN_SWEEPER_EINTERNAL;
     }
-    {
-        std::lock_guard<std::mutex> g(stats_.mu);
-        auto &f = stats_.f;
-        ++f.backstop_runs_total;
-        if (rc != 0) {
-            ++f.backstop_failures_total;
-        } else {
-            f.backstop_redelivered_total += static_cast<int64_t>(r.redelivered);
-            f.backstop_exhausted_total += static_cast<int64_t>(r.exhausted);
-            f.backstop_ttl_dropped_total += static_cast<int64_t>(r.ttl_dropped);
-            f.backstop_queues_collected_total += static_cast<int64_t>(r.queues_collected);
-            f.backstop_next_expiry_unix_ms = r.next_expiry_unix_ms;
-        }
+    ++fig_.backstop_runs_total;
+    if (rc != 0) {
+        ++fig_.backstop_failures_total;
+    } else {
+        fig_.backstop_redelivered_total += static_cast<int64_t>(r.redelivered);
+        fig_.backstop_exhausted_total += static_cast<int64_t>(r.exhausted);
+        fig_.backstop_ttl_dropped_total += static_cast<int64_t>(r.ttl_dropped);
+        fig_.backstop_queues_collected_total += static_cast<int64_t>(r.queues_collected);
+        fig_.backstop_next_expiry_unix_ms = r.next_expiry_unix_ms;
     }
     if (rc != 0) log_.warn("ephemeral backstop sweep failed with status " + std::to_string(rc));
+    if (publish_) publish_();
 }
 
 }  // namespace qsw

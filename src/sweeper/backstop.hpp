@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "base/log.hpp"
 #include "queen_sweeper.h"
@@ -25,6 +26,7 @@ public:
     // The pace of the passes, fixed: there is deliberately no knob.
     static constexpr uint64_t kPassEveryMs = 1000;
 
+    // `stats` is for the hint wakes' counter alone (an atomic: the engine's thread rings it).
     Backstop(Logger &log, Stats &stats, uv_loop_t &loop, const std::atomic<bool> &stopping)
         : log_(log), stats_(stats), loop_(loop), stopping_(stopping) {}
 
@@ -32,6 +34,10 @@ public:
     // NULL removes it. A status code, with the last error set on a refusal.
     int set_provider(const queen_sweeper_backstop *p);
     bool present() const { return has_; }
+    // Its figures, written by its pass alone on the loop thread; after each pass it calls
+    // `publish` (set before start), which gathers every phase's figures into the snapshot.
+    const BackstopFigures &figures() const { return fig_; }
+    void set_publish(std::function<void()> publish) { publish_ = std::move(publish); }
 
     // Start, on the host's thread, before the loop thread exists: the timer on the loop,
     // then the engine's waker.
@@ -54,6 +60,8 @@ private:
     bool has_ = false;
     queen_sweeper_backstop provider_{};
     uv_timer_t timer_{};  // repeats every kPassEveryMs
+    BackstopFigures fig_;
+    std::function<void()> publish_;
 };
 
 }  // namespace qsw

@@ -12,8 +12,8 @@ namespace qsw {
 // kv_expire_step_v1 counts expired-but-present rows up to 8 calls' worth.
 constexpr int kPruneCallsPerPass = 8;
 
-void Prune::show_stage(Figures &f, bool allowed) const {
-    if (!off_) f.phase_prune = allowed ? "on" : "shed";
+void Prune::show_stage(bool allowed) {
+    if (!off_) fig_.phase_prune = allowed ? "on" : "shed";
 }
 
 int64_t Prune::ms_until_gate() const { return off_ ? INT64_MAX : ctx_.ms_until(next_mono_); }
@@ -47,8 +47,7 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
             if (classify(r) == ErrorClass::config) {
                 off_ = true;
                 maintenance_phase_off(ctx_, "KV prune", r);
-                std::lock_guard<std::mutex> g(ctx_.stats.mu);
-                ctx_.stats.f.phase_prune = "off_config";
+                fig_.phase_prune = "off_config";
             } else {
                 ctx_.note_error("KV prune", r);
             }
@@ -56,17 +55,13 @@ Task<bool> Prune::pass(const std::vector<int16_t> &shards, bool &kv_work) {
         }
         const KvExpireAnswer a = read_kv_expire_answer(r.get(0, 0));
         if (!a.readable) co_return false;
-        {
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            auto &f = ctx_.stats.f;
-            ++f.kv_prune_calls_total;
-            f.kv_deleted_total += a.deleted;
-            // Computed on every pass, including those that delete nothing: an unpruned
-            // table is a failure that looks like health.
-            f.kv_expired_not_pruned = a.unpruned;
-            f.kv_expired_not_pruned_capped = a.unpruned_capped;
-            f.kv_expiry_lag_ms = a.lag_ms;
-        }
+        ++fig_.kv_prune_calls_total;
+        fig_.kv_deleted_total += a.deleted;
+        // Computed on every pass, including those that delete nothing: an unpruned
+        // table is a failure that looks like health.
+        fig_.kv_expired_not_pruned = a.unpruned;
+        fig_.kv_expired_not_pruned_capped = a.unpruned_capped;
+        fig_.kv_expiry_lag_ms = a.lag_ms;
         // Keys with a ttl still ahead are work to come: a put carries no wake, so the prune
         // keeps its cadence for them rather than letting the idle backoff stretch it to
         // sweeper_idle_max_sleep_ms (schema version 6; an older schema omits the key).

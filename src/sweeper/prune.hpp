@@ -22,7 +22,9 @@ public:
     // letting the idle backoff grow.
     Task<bool> run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono);
     // The stage shown in stats ("on" or "shed"); "off_config" stays once it is off.
-    void show_stage(Figures &f, bool allowed) const;
+    void show_stage(bool allowed);
+    // Its figures, written here alone on the loop thread; the sweeper's publish gathers them.
+    const PruneFigures &figures() const { return fig_; }
     // Until the gate opens again; INT64_MAX once the phase is off for good.
     int64_t ms_until_gate() const;
 
@@ -32,7 +34,8 @@ private:
     const LoopContext &ctx_;
     bool off_ = false;  // class 42: off for the life of the process
     uint64_t next_mono_ = 0;
-    bool work_ahead_ = false;  // the last answered pass saw expired keys, or keys with a ttl
+    bool work_ahead_ = false;
+    PruneFigures fig_;  // the last answered pass saw expired keys, or keys with a ttl
 };
 
 }  // namespace qsw

@@ -15,8 +15,8 @@ constexpr double kQuotaWatermark = 0.8;
 constexpr int64_t kQuotaRefreshMs = 30000;
 constexpr int kRollupMaxTenants = 1000;
 
-void Rollup::show_stage(Figures &f, bool allowed) const {
-    if (!off_) f.phase_rollup = allowed ? "on" : "shed";
+void Rollup::show_stage(bool allowed) {
+    if (!off_) fig_.phase_rollup = allowed ? "on" : "shed";
 }
 
 int64_t Rollup::ms_until_gate() const {
@@ -61,8 +61,7 @@ Task<Rollup::Outcome> Rollup::pass(const std::vector<int16_t> &shards, int64_t e
         if (classify(r) == ErrorClass::config) {
             off_ = true;
             maintenance_phase_off(ctx_, "usage rollup", r);
-            std::lock_guard<std::mutex> g(ctx_.stats.mu);
-            ctx_.stats.f.phase_rollup = "off_config";
+            fig_.phase_rollup = "off_config";
         } else {
             ctx_.note_error("usage rollup", r);
         }
@@ -73,18 +72,15 @@ Task<Rollup::Outcome> Rollup::pass(const std::vector<int16_t> &shards, int64_t e
     if (a.skipped) {
         out.skipped = true;
         out.age_ms = a.age_ms;
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        ++ctx_.stats.f.rollup_skipped_total;
+        ++fig_.rollup_skipped_total;
         co_return out;
     }
     out.ran = true;
     last_quota_ratio_ = a.max_quota_ratio;
-    std::lock_guard<std::mutex> g(ctx_.stats.mu);
-    auto &f = ctx_.stats.f;
-    ++f.rollup_runs_total;
-    f.rollup_max_quota_ratio = last_quota_ratio_;
-    f.rollup_sampled = a.sampled;
-    f.rollup_tenants = std::move(a.tenants);
+    ++fig_.rollup_runs_total;
+    fig_.rollup_max_quota_ratio = last_quota_ratio_;
+    fig_.rollup_sampled = a.sampled;
+    fig_.rollup_tenants = std::make_shared<const nlohmann::json>(std::move(a.tenants));
     co_return out;
 }
 

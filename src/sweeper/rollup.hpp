@@ -29,7 +29,9 @@ public:
     // or failed pass does not consume the gate: it runs as soon as it may.
     Task<void> run(const std::vector<int16_t> &shards, bool allowed, uint64_t now_mono);
     // The stage shown in stats ("on" or "shed"); "off_config" stays once it is off.
-    void show_stage(Figures &f, bool allowed) const;
+    void show_stage(bool allowed);
+    // Its figures, written here alone on the loop thread; the sweeper's publish gathers them.
+    const RollupFigures &figures() const { return fig_; }
     // The sleep never outlasts this gate while the rollup may run (an idle loop must still
     // refresh the gauges on their cadence); INT64_MAX while it is shed or off.
     int64_t ms_until_gate() const;
@@ -48,6 +50,7 @@ private:
     bool shed_ = false;  // the last cycle's ladder shed it
     uint64_t next_mono_ = 0;
     double last_quota_ratio_ = 0;
+    RollupFigures fig_;
 };
 
 }  // namespace qsw

@@ -25,12 +25,10 @@ Task<bool> SubClocks::run(const std::vector<int16_t> &shards, const LadderStep &
                      std::to_string(step_pressure) + ")");
         stage_logged_ = stage;
     }
-    {
-        // One lock for both, so a reader never sees a stage the ladder cannot produce.
-        std::lock_guard<std::mutex> g(ctx_.stats.mu);
-        rollup_.show_stage(ctx_.stats.f, step.rollup);
-        prune_.show_stage(ctx_.stats.f, step.prune);
-    }
+    // Both set before either runs, and published together, so a reader never sees a stage
+    // the ladder cannot produce.
+    rollup_.show_stage(step.rollup);
+    prune_.show_stage(step.prune);
     co_await rollup_.run(shards, step.rollup, now);
     co_await ring_tidy_.run(step.rollup, now);
     co_return co_await prune_.run(shards, step.prune, now);

@@ -35,6 +35,8 @@ public:
     // Until the prune's gate opens again; INT64_MAX once it is off.
     int64_t ms_until_prune() const { return prune_.ms_until_gate(); }
     const RingTidy::Figures &ring_tidy_figures() const { return ring_tidy_.figures(); }
+    const RollupFigures &rollup_figures() const { return rollup_.figures(); }
+    const PruneFigures &prune_figures() const { return prune_.figures(); }
 
 private:
     const LoopContext &ctx_;

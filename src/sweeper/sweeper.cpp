@@ -125,11 +125,12 @@ int Sweeper::start() {
     // Every handle is initialised here, before the thread exists.
     bell_.init_handles([this] { on_stop_signal(); });
     backstop_.init_handles();
+    backstop_.set_publish([this] { publish_pool(); });
     make_pool_and_phases();
     {
         std::lock_guard<std::mutex> s(stats_.mu);
         stats_.f.state = "running";
-        stats_.f.phase_backstop = backstop_.present() ? "on" : "off";
+        static_cast<BackstopFigures &>(stats_.f) = backstop_.figures();
         stats_.f.ready_reason = cfg_.apply_schema ? "applying the schema" : "checking the schema version";
     }
     log_.info("sweeper starting: " + cfg_.to_json().dump());
@@ -305,7 +306,10 @@ void Sweeper::publish_pool() {
     // what both count (fires found committed after a lost answer, rows handed back).
     if (drain_) static_cast<DrainFigures &>(stats_.f) = drain_->figures();
     if (floor_) stats_.f.floor = floor_->figures();
+    static_cast<BackstopFigures &>(stats_.f) = backstop_.figures();
     if (sub_clocks_) {
+        static_cast<RollupFigures &>(stats_.f) = sub_clocks_->rollup_figures();
+        static_cast<PruneFigures &>(stats_.f) = sub_clocks_->prune_figures();
         stats_.f.floor.ring_tenants = sub_clocks_->ring_tidy_figures().tenants;
         stats_.f.floor.ring_removed_total = sub_clocks_->ring_tidy_figures().removed_total;
     }
