@@ -537,6 +537,8 @@ DECLARE
     v_tids    tid[] := p_timer_tids;
     v_lt      text := current_setting('lock_timeout');
     v_nl      text := current_setting('enable_nestloop');
+    v_is      text := current_setting('enable_indexscan');
+    v_bs      text := current_setting('enable_bitmapscan');
     -- Every timer with an address (none null, as many as the keys): found by address.
     v_by_tid  boolean := p_timer_tids IS NOT NULL
                          AND coalesce(cardinality(p_timer_tids), 0) = coalesce(cardinality(p_timer_keys), 0)
@@ -591,7 +593,13 @@ BEGIN
             -- per row): about 3x cheaper than a descent of the primary key per timer
             -- (tests/bench/README.md, fourth pass). The same check on the row the DELETE
             -- writes as below: a row changed since is judged as it is now.
+            -- The addresses are the only way in (index and bitmap scans off, as the caller
+            -- has sequential scans): with statistics that make an index look small, a
+            -- generic plan could otherwise read a whole index of queen.log_timers and filter
+            -- it by address, which under a held snapshot is millions of entries per fire.
             PERFORM pg_catalog.set_config('enable_nestloop', 'off', true);
+            PERFORM pg_catalog.set_config('enable_indexscan', 'off', true);
+            PERFORM pg_catalog.set_config('enable_bitmapscan', 'off', true);
             WITH f AS MATERIALIZED (
                 SELECT u.tid, u.k, u.tok, p_seg_tenants[u.s] AS tn, p_seg_queues[u.s] AS q,
                        p_seg_partitions[u.s] AS part
@@ -608,6 +616,8 @@ BEGIN
                 RETURNING 1)
             SELECT count(*) INTO v_deleted FROM d;
             PERFORM pg_catalog.set_config('enable_nestloop', v_nl, true);
+            PERFORM pg_catalog.set_config('enable_indexscan', v_is, true);
+            PERFORM pg_catalog.set_config('enable_bitmapscan', v_bs, true);
         ELSE
             -- Found by key under this statement's snapshot, deleted by address, and the claim
             -- checked again on the row the DELETE writes: a row changed since (a reschedule

@@ -871,16 +871,28 @@ def test_claim_v4_gives_each_row_its_address_and_the_1_0_0_claim_the_same_rows_w
     assert set(rows[0]) - set(v1[0]) == {"row_tid", "floor_ms"}
 
 
-def test_fire_by_address_fires_through_the_fast_way_with_one_tid_scan(q, connections):
+@pytest.mark.parametrize("statistics", ["as they are", "a large heap over small indexes"])
+def test_fire_by_address_fires_through_the_fast_way_with_one_tid_scan(q, connections, statistics):
     """Every timer with its address: the fast way deletes the rows found by one TID scan of
     all the addresses, hash-joined to what the caller names (no descent of the primary key
-    per timer, no nested loop), and fires as by key."""
+    per timer, no nested loop, no index read whole), and fires as by key. Whatever the
+    statistics say: with the heap's counted as a held snapshot leaves them (millions of rows
+    no vacuum may remove) and the indexes' as small, a generic plan read the whole primary
+    key and filtered it by address (a fire of a 30-minute held-row run took 1.2 s each, the
+    stream stalled for 45 s; schema 31 leaves it no other way in than the addresses)."""
     from sqlkit import Queen, nested_plans
     sched(q, ["a", "b"], partition="p1")
     sched(q, ["c"], partition="p2")
     rows = by_key(q.claim4())
     segs = [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])]
-    conn = connections()
+    skewed = statistics != "as they are"
+    conn = connections(autocommit=not skewed)
+    if skewed:
+        # In the fire's own transaction (rolled back below): what a vacuum under a held
+        # snapshot records for the heap, the indexes left as they are.
+        with conn.cursor() as cur:
+            cur.execute("UPDATE pg_class SET reltuples = 7000000, relpages = 900000"
+                        " WHERE oid = 'queen.log_timers'::regclass")
     tids = [r["row_tid"] for _, _, _, rs in segs for r in rs]
     args = ([T1, T1], ["q", "q"], ["p1", "p2"], [2, 1],
             [psycopg2.Binary(b"".join(stand_in_hash(r["txn"]) for r in rs)) for _, _, _, rs in segs],
@@ -892,12 +904,15 @@ def test_fire_by_address_fires_through_the_fast_way_with_one_tid_scan(q, connect
         like="DELETE FROM queen.log_timers")
     res = out[0][0]
     assert [s["status"] for s in res["segments"]] == ["fired", "fired"] and res["fired"] == 3
-    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
     assert len(plans) == 1, plans
     plan = plans[0]
     assert "Tid Scan on log_timers" in plan and "ctid = ANY" in plan, plan
-    assert "Nested Loop" not in plan and "log_timers_pkey" not in plan, plan
+    assert "Nested Loop" not in plan and "Index Scan" not in plan and "Bitmap" not in plan, plan
     assert "Hash Join" in plan or "Merge Join" in plan, plan
+    if skewed:
+        conn.rollback()
+        return
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
     # And the answer is the same through Queen.fire (the helper the other tests use).
     sched(q, ["d"], partition="p1")
     d = by_key(q.claim4())["d"]
