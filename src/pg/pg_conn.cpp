@@ -278,6 +278,7 @@ void PgConn::run(Query q, QueryCallback cb) {
     int sent;
     pipeline_ = false;
     pipe_index_ = 0;
+    rolling_back_ = false;
     if (q.simple) {
         // Several statements in one simple query run as one transaction; the pin opens it.
         sent = q.pinned ? PQsendQuery(pg_, (std::string(kPinnedBegin) + ";\n" + pin_sql() + ";\n" + q.sql +
@@ -303,13 +304,14 @@ void PgConn::run(Query q, QueryCallback cb) {
                PQsendQueryParams(pg_, pin.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0) &&
                PQsendQueryParams(pg_, q.sql.c_str(), static_cast<int>(q.params.size()), types.data(), values.data(),
                                  lengths.data(), formats.data(), q.binary_result ? 1 : 0) &&
-               PQsendQueryParams(pg_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) && PQpipelineSync(pg_) &&
-               // A Sync does not end an explicit transaction block: after a failure the
-               // session would sit in an aborted transaction. A ROLLBACK after the Sync runs
-               // either way (a no-op warning after a COMMIT), still in this round trip.
-               PQsendQueryParams(pg_, "ROLLBACK", 0, nullptr, nullptr, nullptr, nullptr, 0) && PQpipelineSync(pg_);
+               PQsendQueryParams(pg_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) && PQpipelineSync(pg_);
+        // A Sync does not end an explicit transaction block: after a failure the session
+        // sits in an aborted block, and the call ends with a ROLLBACK (end_or_roll_back), a
+        // second round trip on failures only. It used to follow every call in the same
+        // round trip, which after a COMMIT made the server log "there is no transaction in
+        // progress" once per call (about 100 lines a second under load).
         pipeline_ = true;
-        syncs_left_ = 2;
+        syncs_left_ = 1;
     } else {
         std::vector<const char *> values(q.params.size());
         std::vector<int> lengths(q.params.size()), formats(q.params.size());
@@ -345,14 +347,16 @@ void PgConn::drive_query(int events) {
                 ++pipe_index_;  // end of one pipelined statement's results
                 continue;
             }
-            finish_call(std::move(pending_));
-            return;
+            if (end_or_roll_back()) return;
+            continue;
         }
         if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
             PQclear(r);
             if (--syncs_left_ > 0) continue;
-            finish_pipeline();
-            return;
+            PQexitPipelineMode(pg_);
+            pipeline_ = false;
+            if (end_or_roll_back()) return;
+            continue;
         }
         if (take_result(r)) continue;
         if (PQstatus(pg_) == CONNECTION_BAD) break;
@@ -386,13 +390,26 @@ bool PgConn::read_and_flush(int events) {
     return true;
 }
 
-void PgConn::finish_pipeline() {
-    PQexitPipelineMode(pg_);
-    pipeline_ = false;
-    if (pending_.message.empty() && !pending_.ok) {
-        pending_.message = "the statement returned no result";
+bool PgConn::end_or_roll_back() {
+    // A pinned call that failed inside its block leaves the block aborted (the simple form's
+    // explicit BEGIN, and the pipeline's: a Sync does not end it). Roll it back on the same
+    // session before the answer goes out, so the session is handed back outside any
+    // transaction and nothing is logged on the success path. A ROLLBACK that fails, or a
+    // session still in a block after it, is replaced by finish_call.
+    if (!rolling_back_ && PQtransactionStatus(pg_) == PQTRANS_INERROR) {
+        if (!PQsendQuery(pg_, "ROLLBACK")) {
+            broken(trim_msg(PQerrorMessage(pg_)), false);
+            return true;
+        }
+        rolling_back_ = true;
+        flushing_ = true;
+        drive_query(UV_WRITABLE);
+        return true;
     }
+    rolling_back_ = false;
+    if (pending_.message.empty() && !pending_.ok) pending_.message = "the statement returned no result";
     finish_call(std::move(pending_));
+    return true;
 }
 
 bool PgConn::take_result(PGresult *r) {
@@ -400,7 +417,7 @@ bool PgConn::take_result(PGresult *r) {
     // In a pinned pipeline only the statement's own result is the answer (index 2);
     // BEGIN, the pin and COMMIT only count when they fail.
     const bool answer = !pipeline_ || pipe_index_ == 2;
-    if (pipeline_ && pipe_index_ > 3) {  // the trailing ROLLBACK: never the answer, never an error
+    if (rolling_back_) {  // the ROLLBACK after a failure: never the answer, never an error
         PQclear(r);
         return true;
     }
@@ -511,6 +528,7 @@ void PgConn::reset_handles() {
     flushing_ = false;
     pipeline_ = false;
     pipe_index_ = 0;
+    rolling_back_ = false;
     read_only_seen_ = false;
 }
 

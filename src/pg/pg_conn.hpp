@@ -115,7 +115,7 @@ private:
     bool read_and_flush(int events);
     bool take_result(PGresult *r);
     void note_error_result(const PGresult *r);
-    void finish_pipeline();
+    bool end_or_roll_back();  // the call's results are all in: roll back an aborted block, or finish
     void deliver_then_replace();
     void finish_call(PgResult r);
     void broken(const std::string &why, bool cancel_on_server);
@@ -149,6 +149,9 @@ private:
     bool pipeline_ = false;
     int pipe_index_ = 0;
     int syncs_left_ = 0;
+    // A failed pinned call left its explicit block aborted: its ROLLBACK is in flight, and
+    // the call's answer is delivered once the session is out of the block.
+    bool rolling_back_ = false;
     bool in_setup_ = false;      // the session check after connect: a failure backs off like a connect
     bool read_only_seen_ = false;  // the server refused read-write: reconnect, never blame a timer
     bool refused_ = false;
