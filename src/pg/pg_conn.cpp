@@ -347,16 +347,16 @@ void PgConn::drive_query(int events) {
                 ++pipe_index_;  // end of one pipelined statement's results
                 continue;
             }
-            if (end_or_roll_back()) return;
-            continue;
+            end_or_roll_back();
+            return;
         }
         if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
             PQclear(r);
             if (--syncs_left_ > 0) continue;
             PQexitPipelineMode(pg_);
             pipeline_ = false;
-            if (end_or_roll_back()) return;
-            continue;
+            end_or_roll_back();
+            return;
         }
         if (take_result(r)) continue;
         if (PQstatus(pg_) == CONNECTION_BAD) break;
@@ -390,7 +390,7 @@ bool PgConn::read_and_flush(int events) {
     return true;
 }
 
-bool PgConn::end_or_roll_back() {
+void PgConn::end_or_roll_back() {
     // A pinned call that failed inside its block leaves the block aborted (the simple form's
     // explicit BEGIN, and the pipeline's: a Sync does not end it). Roll it back on the same
     // session before the answer goes out, so the session is handed back outside any
@@ -399,17 +399,16 @@ bool PgConn::end_or_roll_back() {
     if (!rolling_back_ && PQtransactionStatus(pg_) == PQTRANS_INERROR) {
         if (!PQsendQuery(pg_, "ROLLBACK")) {
             broken(trim_msg(PQerrorMessage(pg_)), false);
-            return true;
+            return;
         }
         rolling_back_ = true;
         flushing_ = true;
         drive_query(UV_WRITABLE);
-        return true;
+        return;
     }
     rolling_back_ = false;
     if (pending_.message.empty() && !pending_.ok) pending_.message = "the statement returned no result";
     finish_call(std::move(pending_));
-    return true;
 }
 
 bool PgConn::take_result(PGresult *r) {

@@ -115,7 +115,7 @@ private:
     bool read_and_flush(int events);
     bool take_result(PGresult *r);
     void note_error_result(const PGresult *r);
-    bool end_or_roll_back();  // the call's results are all in: roll back an aborted block, or finish
+    void end_or_roll_back();  // the call's results are all in: roll back an aborted block, or finish
     void deliver_then_replace();
     void finish_call(PgResult r);
     void broken(const std::string &why, bool cancel_on_server);

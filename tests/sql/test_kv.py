@@ -379,6 +379,14 @@ def test_usage_samples_a_large_table(q):
     assert q.one("SELECT sampled FROM queen.kv_usage") is True
 
 
+def assert_timers_read_by_sample(q):
+    """The next usage pass reads queen.log_timers by the pages it picks, never whole."""
+    _, plans = nested_plans(q.conn, "SELECT queen.kv_usage_step_v2(NULL, %s, 1000, NULL)", (NOW + ms(1),))
+    plans = "\n".join(plans)
+    assert "Sample Scan on log_timers" in plans, plans[-3000:]
+    assert "Seq Scan on log_timers" not in plans, plans[-3000:]
+
+
 def test_usage_samples_a_timer_table_a_held_snapshot_keeps_large(q, connections):
     """The rows a full pass reads include the dead ones a snapshot held elsewhere keeps:
     ANALYZE counts a few live rows, the scan still reads every fired row. Until schema
@@ -405,10 +413,7 @@ def test_usage_samples_a_timer_table_a_held_snapshot_keeps_large(q, connections)
     try:
         r = q.usage_step(shards=list(range(64)))
         assert r["sampled"] is True, r
-        _, plans = nested_plans(q.conn, "SELECT queen.kv_usage_step_v2(NULL, %s, 1000, NULL)", (NOW + ms(1),))
-        plans = "\n".join(plans)
-        assert "Sample Scan on log_timers" in plans, plans[-3000:]
-        assert "Seq Scan on log_timers" not in plans, plans[-3000:]
+        assert_timers_read_by_sample(q)
     finally:
         q.exec("SELECT set_config('queen.kv_usage_sample_above', '', false)")
         holder.rollback()
@@ -430,9 +435,6 @@ def test_usage_samples_a_large_timer_table_by_pages(q):
         rows = {t["tenant"]: t for t in r["tenants"]}[str(T1)]["timerRows"]
         assert abs(rows - 210000) < 31500, rows   # ~200k of 210k rows' pages, scaled up
         # The sampled pass reads the pages it picks, not the table.
-        _, plans = nested_plans(q.conn, "SELECT queen.kv_usage_step_v2(NULL, %s, 1000, NULL)", (NOW + ms(1),))
-        plans = "\n".join(plans)
-        assert "Sample Scan on log_timers" in plans, plans[-3000:]
-        assert "Seq Scan on log_timers" not in plans, plans[-3000:]
+        assert_timers_read_by_sample(q)
     finally:
         q.exec("SELECT set_config('queen.kv_usage_sample_above', '', false)")
