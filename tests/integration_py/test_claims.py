@@ -122,6 +122,10 @@ def test_graceful_stop_hands_its_claims_back(q, sweepers, conninfo):
     b.start()
     wait_for(lambda: q.timers_left() == 0, 10, 0.05, "B to fire what A handed back")
     took = time.monotonic() - t_stopped
+    # B publishes its figures when its fire's answer is read, a moment after the commit that
+    # emptied the table (the clean-clone run of 9ecccfa read them in between under ASan): wait
+    # for that publication, not for the table alone.
+    wait_for(lambda: b.stats()["fired_total"] + st_a["fired_total"] >= n, 10, 0.02, "B's stats to count its fires")
     st_b = b.stats()
     assert_clean_stop(b)
     print(f"[graceful stop] B fired {st_b['fired_total']} within {took:.2f}s of A's stop "
