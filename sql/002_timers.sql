@@ -334,9 +334,10 @@ $fn$;
 -- versions 1-6, for their callers). So that visible_at = greatest(deliver_at,
 -- claimed_until) is never earlier than the now of the write: a timer scheduled with a
 -- deliverAt in the past, a replace, a reschedule, a hand-back. This is the rule the floor
--- rests on (section 2, log_timers_due_v2): a row can only land behind a floor if its transaction
--- commits more than the floor's slack after the now it wrote with. The claim (now + lease)
--- and a failure (now + backoff) keep the rule by themselves. Locks: none.
+-- rests on (section 2, log_timers_due_v2), with the at-commit trigger
+-- (log_timers_at_commit_v1), which moves a late transaction's rows to its commit's clock.
+-- The claim (now + lease) and a failure (now + backoff) keep the rule by themselves.
+-- Locks: none.
 -- No SET search_path (it runs per row of a hand-back): every name is schema-qualified.
 CREATE OR REPLACE FUNCTION queen.log_timers_not_before_v1(p_deliver_at timestamptz, p_now timestamptz)
 RETURNS timestamptz
@@ -346,12 +347,15 @@ AS $fn$
 $fn$;
 
 -- queen.log_timers_floor_slack_v1() -> interval: how far behind the now of a probe or a
--- claim the floor is kept at least (section 2). A row whose transaction commits more than this
--- after the now it wrote with may land behind the floor: the sweeper's walk from the index
--- head (log_timers_below_floor_v1) finds it. 5 seconds: a host transaction that writes a
--- timer with now() and commits within 5 s of its start is never behind; each second of
--- slack at 3,000 timers/s is about 3,000 dead index entries a walk passes while a snapshot
--- is held (tests/bench/README.md, "held snapshot"). Locks: none.
+-- claim the floor is kept at least (section 2). A transaction that commits late has its rows
+-- moved to its commit's clock by the at-commit trigger (log_timers_at_commit_v1), so they
+-- land at or ahead of every floor; the slack covers the time between that trigger and the
+-- commit becoming visible (a commit waiting on a synchronous standby, a busy server). A row
+-- the trigger does not see (its header lists the cases) or one whose commit becomes visible
+-- more than this after the trigger ran may land behind the floor: the sweeper's walk from
+-- the index head (log_timers_below_floor_v1) finds it. 5 seconds; each second of slack at
+-- 3,000 timers/s is about 3,000 dead index entries a walk passes while a snapshot is held
+-- (tests/bench/README.md, "held snapshot"). Locks: none.
 CREATE OR REPLACE FUNCTION queen.log_timers_floor_slack_v1()
 RETURNS interval
 LANGUAGE sql IMMUTABLE
