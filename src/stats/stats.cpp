@@ -75,6 +75,7 @@ nlohmann::json Stats::to_json() {
     j["claims_held_back_total"] = x.claims_held_back_total;
     j["claim_batch"] = x.claim_batch;
     j["claims_ahead_total"] = x.claims_ahead_total;
+    j["claims_packed_ahead_total"] = x.claims_packed_ahead_total;
     j["contended_claims_total"] = x.contended_claims_total;
     j["fired_total"] = x.fired_total;
     j["fired_segments_total"] = x.fired_segments_total;
@@ -354,6 +355,9 @@ std::string Stats::to_prometheus() {
     m.family("claims_ahead_total", "counter", "Claims sent while the previous claim was being fired (a broker "
              "alone in a backlog).")
         .sample(x.claims_ahead_total);
+    m.family("claims_packed_ahead_total", "counter", "Claims taken ahead that were packed (framed, hashed, "
+             "compressed) while the previous claim was being fired, so that their fire started at once.")
+        .sample(x.claims_packed_ahead_total);
     m.family("contended_claims_total", "counter", "Claims whose fires met another broker (busy or stale "
              "segments); for a second after one, claims wait for their fires.")
         .sample(x.contended_claims_total);

@@ -173,7 +173,10 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
             both.push_back([](Drain *d, Claim &c, Pass &pp, bool &res) -> Task<void> {
                 res = co_await d->fire_claim(c, pp);
             }(this, cur, p, ok));
-            both.push_back(claim_into(shards, ahead, ahead_whole, true, next));
+            both.push_back([](Drain *d, const std::vector<int16_t> &sh, int64_t n, bool w, Claim &c) -> Task<void> {
+                co_await d->claim_into(sh, n, w, true, c);
+                d->pack_ahead(c);
+            }(this, shards, ahead, ahead_whole, next));
             co_await run_all(std::move(both));
         } else {
             ok = co_await fire_claim(cur, p);
@@ -320,6 +323,22 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
 
 // ---- Packing and firing one claim --------------------------------------------------------
 
+// A claim taken ahead, packed while the fire before it is on the server: the packing (the
+// frames, their hashes, zstd per segment: ~8 us a segment) is then off the path from one
+// fire to the next. With a segment per timer (10,000 partitions) it was a fifth of that
+// path (tests/bench/README.md, "Per segment"). Anything it throws leaves the claim to be
+// packed by its fire, where a failure is contained (fire_claim). Two packed claims at most
+// are alive at once, each inside its own inflation budget.
+void Drain::pack_ahead(Claim &c) noexcept {
+    if (!c.ok || !c.undecodable.empty() || c.rows->empty()) return;
+    try {
+        c.packed = pack_timers(*c.rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+        ++fig_.claims_packed_ahead_total;
+    } catch (...) {
+        c.packed.reset();
+    }
+}
+
 // Contains whatever goes wrong with one claim: an exception anywhere in packing or firing
 // it hands its rows back at once (token-matched, no attempt spent), is counted against the
 // fire (errors_total{phase="fire"}, cycle_errors_total, last_error), and ends this drain;
@@ -361,7 +380,9 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
         co_return false;
     }
     injected(g_test_fault_pack, "packing a claim");
-    PackResult packed = pack_timers(rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+    PackResult packed = c.packed ? std::move(*c.packed)
+                                 : pack_timers(rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+    c.packed.reset();
     co_await settle_unframed(c, packed);
     std::optional<PgResult> refused;
     for (auto &batch : packed.batches) {

@@ -89,6 +89,10 @@ private:
         bool backlog = false;  // sent under a backlog: the claim named tenants from the ring
         int64_t bytes = 0;               // payload bytes it carried
         PartitionKeys left_out;          // the kept segments' partitions it left out (sorted)
+        // A claim taken ahead is packed as soon as it is decoded, while the fire before it
+        // is still on the server (pack_ahead); its fire then starts at once. Empty: packed
+        // by its fire (every claim not taken ahead, or a pack that threw here).
+        std::optional<PackResult> packed;
     };
     // One pass of the drain, shared by its workers.
     struct Pass {
@@ -124,6 +128,7 @@ private:
     int64_t reserve(Pass &p, bool &whole);
     Task<void> claim_into(const std::vector<int16_t> &shards, int64_t want, bool whole, bool ahead, Claim &out);
     void decode_claim(const PgResult &r, Claim &out);
+    void pack_ahead(Claim &c) noexcept;
     Task<bool> fire_claim(Claim &c, Pass &p);
     Task<bool> fire_claim_unguarded(Claim &c, Pass &p);
     Task<void> settle_unframed(Claim &c, const PackResult &packed);

@@ -27,6 +27,10 @@ def test_the_claim_grows_through_a_backlog_and_shrinks_after_it(q, sweepers):
     # (each but the first of a cycle was sent while the one before it was being fired).
     assert st["contended_claims_total"] == 0
     assert st["claims_ahead_total"] >= st["claims_total"] // 2, st
+    # Each taken ahead was packed beside the fire before it (its fire started at once), but
+    # perhaps the last, which can find the table empty.
+    assert st["claims_ahead_total"] - 1 <= st["claims_packed_ahead_total"] <= st["claims_ahead_total"], st
+    assert st["claims_packed_ahead_total"] >= 1, st
     # 40 claims at a fixed 50; growth to 400 needs about 8 (+1 short one at the end).
     assert st["claims_total"] <= 16, st["claims_total"]
     assert st["claim_batch"] == 50
