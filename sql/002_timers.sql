@@ -1923,16 +1923,17 @@ BEGIN
          WHERE t.ctid = ANY (ARRAY(SELECT c.tid FROM chosen c))
         RETURNING t.tenant_id, t.queue, t.timer_key, t.partition, t.txn, t.message_id, t.payload,
                   t.payload_zstd, t.encrypted, t.producer_sub, t.claim_token, t.deliver_at,
-                  t.attempts, t.ctid
+                  t.attempts, t.ctid, t.due_at
     )
+    -- In chosen's order, read from the updated rows (claim_due keeps due_at as the claim found
+    -- it): no join back to chosen, a hash of every key (a tenth of the claim at 1,000 rows).
     SELECT x.tenant_id, x.queue::text, x.timer_key::text, x.partition::text, x.txn, x.message_id,
            x.payload, x.payload_zstd, x.encrypted, x.producer_sub, x.claim_token,
            queen.epoch_ms_v1(x.deliver_at),
            floor(extract(epoch FROM (p_now - x.deliver_at)) * 1000)::bigint,
            x.attempts, v_floor_ms, x.ctid
       FROM claimed x
-      JOIN chosen c ON c.ct = x.tenant_id AND c.cq = x.queue AND c.ck = x.timer_key
-     ORDER BY c.cv, c.cd, x.tenant_id, x.queue, x.timer_key;
+     ORDER BY x.due_at, x.deliver_at, x.tenant_id, x.queue, x.timer_key;
 END
 $fn$;
 
