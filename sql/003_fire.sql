@@ -398,11 +398,11 @@ BEGIN
     -- Per segment: its state (stale, busy, fired, dup) and its frames already in the log
     -- (counted once, joined by segment: not a scan of dup_seg per segment).
     -- The answer is written as JSON text and read as jsonb once, at the end: jsonb_agg of a
-    -- jsonb_build_object per segment rebuilt the whole array three times (the aggregate,
-    -- the object around it, the caller's ||), 12 ms for 1,600 segments; this way 2 ms
-    -- (tests/bench/README.md, "Per segment"). Every value is a number (no quoting needed);
-    -- a null one is written null, so no segment's text is ever null and string_agg never
-    -- drops one (the array stays aligned with the call's segments).
+    -- jsonb_build_object per segment rebuilt the array as it went and again in the object
+    -- around it, 10 ms for 1,600 segments; this way 6.5 ms (in the fire: 7.5 -> 4.5 ms for
+    -- 1,430; tests/bench/results/2026-12-07-per-segment.md). Every value is a number (no
+    -- quoting needed); a null one is written null, so no segment's text is ever null and
+    -- string_agg never drops one (the array stays aligned with the call's segments).
     WITH d AS (
         SELECT d.s, count(*)::int AS n FROM unnest(p_dup_seg) AS d(s) GROUP BY d.s
     ), s AS MATERIALIZED (

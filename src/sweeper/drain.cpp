@@ -324,11 +324,12 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
 // ---- Packing and firing one claim --------------------------------------------------------
 
 // A claim taken ahead, packed while the fire before it is on the server: the packing (the
-// frames, their hashes, zstd per segment: ~8 us a segment) is then off the path from one
-// fire to the next. With a segment per timer (10,000 partitions) it was a fifth of that
-// path (tests/bench/README.md, "Per segment"). Anything it throws leaves the claim to be
-// packed by its fire, where a failure is contained (fire_claim). Two packed claims at most
-// are alive at once, each inside its own inflation budget.
+// frames, their hashes, zstd per segment: about 8 us a segment) is then off the path from
+// one fire to the next. With a segment per timer (10,000 partitions) it was a fifth of that
+// path: one sweeper 0.63 -> 0.70 of the ceiling (tests/bench/results/2026-12-07-per-segment.md).
+// Anything it throws leaves the claim to be packed by its fire, where a failure is contained
+// (fire_claim). Two packed claims at most are alive at once, each inside its own inflation
+// budget.
 void Drain::pack_ahead(Claim &c) noexcept {
     if (!c.ok || !c.undecodable.empty() || c.rows->empty()) return;
     try {
