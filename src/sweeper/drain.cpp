@@ -328,8 +328,9 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
 // one fire to the next. With a segment per timer (10,000 partitions) it was a fifth of that
 // path: one sweeper 0.63 -> 0.70 of the ceiling (tests/bench/results/2026-12-07-per-segment.md).
 // Anything it throws leaves the claim to be packed by its fire, where a failure is contained
-// (fire_claim). Two packed claims at most are alive at once, each inside its own inflation
-// budget.
+// (fire_claim). A worker holds two packed claims at most (the one firing, the one taken
+// ahead), each inside its own inflation budget: the sweeper's memory bound counts two per
+// worker (docs/design.md, "Memory is bounded in bytes").
 void Drain::pack_ahead(Claim &c) noexcept {
     if (!c.ok || !c.undecodable.empty() || c.rows->empty()) return;
     try {
