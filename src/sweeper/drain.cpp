@@ -334,11 +334,16 @@ void Drain::decode_claim(const PgResult &r, Claim &out) {
 void Drain::pack_ahead(Claim &c) noexcept {
     if (!c.ok || !c.undecodable.empty() || c.rows->empty()) return;
     try {
-        c.packed = pack_timers(*c.rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+        c.packed = pack(*c.rows);
         ++fig_.claims_packed_ahead_total;
     } catch (...) {
-        c.packed.reset();
+        // c.packed stays empty: its fire packs it.
     }
+}
+
+// Rows packed into fire batches under this sweeper's byte cap per fire.
+PackResult Drain::pack(const std::vector<ClaimedTimer> &rows) const {
+    return pack_timers(rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
 }
 
 // Contains whatever goes wrong with one claim: an exception anywhere in packing or firing
@@ -382,8 +387,7 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
         co_return false;
     }
     injected(g_test_fault_pack, "packing a claim");
-    PackResult packed = c.packed ? std::move(*c.packed)
-                                 : pack_timers(rows, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+    PackResult packed = c.packed ? std::move(*c.packed) : pack(rows);
     c.packed.reset();
     co_await settle_unframed(c, packed);
     std::optional<PgResult> refused;
@@ -642,7 +646,7 @@ Task<Drain::FireEnd> Drain::isolate(const ClaimRows &owner, FireBatch &batch, co
         if (ctx_.stopping.load()) co_return out;  // the rest is handed back at stop
         // The row itself, with its own payload, whether this batch is a first try or kept.
         const ClaimRows one = std::make_shared<std::vector<ClaimedTimer>>(1, (*owner)[idx]);
-        PackResult p = pack_timers(*one, static_cast<size_t>(ctx_.cfg.sweeper_max_fire_bytes));
+        PackResult p = pack(*one);
         for (auto &b : p.batches) {
             FireEnd end = co_await fire_batch(one, b, one_plan);
             if (end.refused) out.refused = std::move(end.refused);

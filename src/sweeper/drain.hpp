@@ -129,6 +129,7 @@ private:
     Task<void> claim_into(const std::vector<int16_t> &shards, int64_t want, bool whole, bool ahead, Claim &out);
     void decode_claim(const PgResult &r, Claim &out);
     void pack_ahead(Claim &c) noexcept;
+    PackResult pack(const std::vector<ClaimedTimer> &rows) const;
     Task<bool> fire_claim(Claim &c, Pass &p);
     Task<bool> fire_claim_unguarded(Claim &c, Pass &p);
     Task<void> settle_unframed(Claim &c, const PackResult &packed);
