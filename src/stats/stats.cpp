@@ -76,6 +76,7 @@ nlohmann::json Stats::to_json() {
     j["claim_batch"] = x.claim_batch;
     j["claims_ahead_total"] = x.claims_ahead_total;
     j["claims_packed_ahead_total"] = x.claims_packed_ahead_total;
+    j["claims_carried_total"] = x.claims_carried_total;
     j["contended_claims_total"] = x.contended_claims_total;
     j["fired_total"] = x.fired_total;
     j["fired_segments_total"] = x.fired_segments_total;
@@ -358,6 +359,9 @@ std::string Stats::to_prometheus() {
     m.family("claims_packed_ahead_total", "counter", "Claims taken ahead that were packed (framed, hashed, "
              "compressed) while the previous claim was being fired, so that their fire started at once.")
         .sample(x.claims_packed_ahead_total);
+    m.family("claims_carried_total", "counter", "Claims taken ahead beside the last fire of a cycle that spent "
+             "its row budget, held and fired first by the next cycle.")
+        .sample(x.claims_carried_total);
     m.family("contended_claims_total", "counter", "Claims whose fires met another broker (busy or stale "
              "segments); for a second after one, claims wait for their fires.")
         .sample(x.contended_claims_total);

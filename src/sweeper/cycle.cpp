@@ -120,17 +120,23 @@ Task<Sweeper::DrainStep> Sweeper::drain_step(const ProbeResult &pr, const std::v
     d.next_in = pr.next_in_ms;
     if (!pr.fire_enabled) {
         // Paused by the operator (or maintenance): nothing is lost, the timers wait.
-        // Keep looking at the ceiling so a resume takes effect within one cycle.
+        // Keep looking at the ceiling so a resume takes effect within one cycle. A claim
+        // carried from the last cycle goes back (due again at once for whoever resumes).
+        if (drain_->carrying()) co_await drain_->hand_back_carried("the fire is paused");
         d.outcome = CycleOutcome::work_due;
         d.next_in = cfg_.sweeper_max_sleep_ms;
         std::lock_guard<std::mutex> g(stats_.mu);
         ++stats_.f.fire_paused_cycles_total;
         co_return d;
     }
-    if (pr.empty && pr.held <= 0) co_return d;  // idle
+    // A claim carried from the last cycle is fired whatever the probe saw (its rows are in
+    // flight, not due to anyone else).
+    const bool carrying = drain_->carrying();
+    if (pr.empty && pr.held <= 0 && !carrying) co_return d;  // idle
     d.outcome = CycleOutcome::work_due;
     // Nothing due for the walk: a drain only for held rows, at most once per sleep ceiling.
-    const bool held_only = pr.due <= 0 && (pr.empty || pr.next_in_ms > 0) && !drain_->kept_due();
+    const bool held_only =
+        pr.due <= 0 && (pr.empty || pr.next_in_ms > 0) && !drain_->kept_due() && !carrying;
     if (held_only) {
         d.next_in = pr.empty ? cfg_.sweeper_max_sleep_ms : pr.next_in_ms;
         const uint64_t now = uv_now(&loop_);

@@ -90,6 +90,7 @@ Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_b
     }
     Pass p;
     p.rows_left = row_budget;
+    p.shed = row_budget < ctx_.cfg.sweeper_cycle_max_rows;
     p.deadline = ctx_.now() + static_cast<uint64_t>(ctx_.cfg.sweeper_lease_ms / 2);
     std::vector<Task<void>> workers;
     for (int64_t i = 0; i < std::max<int64_t>(ctx_.cfg.sweeper_parallelism, 1); ++i)
@@ -123,12 +124,25 @@ int64_t Drain::reserve(Pass &p, bool &whole) {
 // claim is sent beside the current fire, on a second maintenance-lane connection (one
 // fire at a time, fires in claim order, on_fired after each commit); while other brokers
 // are in the way it is sent after the fire instead (claim_ahead).
+//
+// A pass that spends its row budget through a healthy backlog sends the claim beside its
+// last fire all the same, for the next cycle (carry_claim): that cycle's first worker fires
+// it first, already packed, instead of beginning with a claim and its packing while no fire
+// runs.
 Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
     bool whole = false;
-    int64_t want = reserve(p, whole);
-    if (want == 0) co_return;
+    int64_t want = 0;
     Claim cur;
-    co_await claim_into(shards, want, whole, false, cur);
+    if (carried_) {
+        // Taken beside the last pass's last fire: this pass's first, from its budget.
+        cur = std::move(*carried_);
+        carried_.reset();
+        p.rows_left -= cur.want;
+    } else {
+        want = reserve(p, whole);
+        if (want == 0) co_return;
+        co_await claim_into(shards, want, whole, false, cur);
+    }
     for (;;) {
         if (!cur.ok) {
             p.rows_left += cur.want;
@@ -164,7 +178,23 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         const bool full = got == cur.want && cur.undecodable.empty();
         int64_t ahead = 0;
         bool ahead_whole = false;
-        if (claim_ahead(full, contended_recently(), ctx_.stopping.load())) ahead = reserve(p, ahead_whole);
+        const bool go_ahead = claim_ahead(full, contended_recently(), ctx_.stopping.load());
+        if (go_ahead) ahead = reserve(p, ahead_whole);
+        CarryInput ci;
+        ci.ahead = go_ahead;
+        ci.budget_spent = p.rows_left <= 0;
+        ci.out_of_time = ctx_.now() >= p.deadline;
+        ci.failed = p.acc.failed;
+        ci.shed = p.shed;
+        ci.holding_back = holding_back();
+        ci.carrying = carried_.has_value() || p.carrying;
+        // The claim for the next cycle: a whole batch, not from this pass's budget.
+        const bool carry = ahead == 0 && carry_claim(ci);
+        if (carry) {
+            p.carrying = true;
+            ahead = batch_;
+            ahead_whole = true;
+        }
         Claim next;
         bool ok = true;
         if (ahead > 0) {
@@ -185,14 +215,20 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
             // The drain ends here. A claim already taken ahead goes back at once, unless a
             // stop is under way (the stop hands every held row back together).
             if (ahead > 0) {
-                p.rows_left += ahead - static_cast<int64_t>(next.rows->size());
+                if (!carry) p.rows_left += ahead - static_cast<int64_t>(next.rows->size());
                 if (next.ok && !ctx_.stopping.load()) co_await hand_back_claim(*next.rows, "the drain ended");
                 if (!next.ok && is_answer_lost(next.error)) recovery_.note_lost("claim", next.error);
             }
+            p.carrying = false;
             co_return;
         }
         p.acc.moved += got;
         after_claim(cur, contended_before);
+        if (carry) {
+            p.carrying = false;
+            co_await carry_over(std::move(next), p);
+            co_return;
+        }
         if (ahead == 0) {
             if (!full) co_return;  // nothing more is due for us
             // In turn: the next claim now that this fire is done (the budget is read now).
@@ -202,6 +238,35 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         }
         cur = std::move(next);
     }
+}
+
+// The claim sent beside the pass's last fire, now that the fire is done: held for the next
+// pass when it took rows; otherwise it ends here as any claim would (a failure counted, an
+// unreadable answer handed back, an empty one the end of the backlog).
+Task<void> Drain::carry_over(Claim next, Pass &p) {
+    if (!next.ok) {
+        if (is_answer_lost(next.error)) recovery_.note_lost("claim", next.error);
+        p.acc.failed = true;
+        ctx_.cycle_failed("claim", next.error);
+        co_return;
+    }
+    if (!next.undecodable.empty()) {
+        co_await fire_claim(next, p);  // hands it back, ends the drain failed
+        co_return;
+    }
+    if (next.rows->empty()) {
+        set_batch(ctx_.cfg.sweeper_claim_batch);  // the backlog is over
+        co_return;
+    }
+    ++fig_.claims_carried_total;
+    carried_ = std::move(next);
+}
+
+Task<void> Drain::hand_back_carried(const char *why) {
+    if (!carried_) co_return;
+    Claim c = std::move(*carried_);
+    carried_.reset();
+    co_await hand_back_claim(*c.rows, why);
 }
 
 // The batch after a claim was fired (next_claim_batch), and the contention hold: a claim

@@ -70,6 +70,12 @@ public:
     void note_wake() { around_.woken = true; }
     // A slow database: back to the base batch.
     void reset_batch();
+    // The claim taken beside the last pass's last fire for the next cycle (carry_claim):
+    // held (its rows in the claim book, like every claim's) and packed, fired first by the
+    // next pass. A cycle that does not drain hands it back (hand_back_carried); a stop hands
+    // it back with every other held row.
+    bool carrying() const { return carried_.has_value(); }
+    Task<void> hand_back_carried(const char *why);
     // The drain's own figures (its part of the stats: stats.hpp DrainFigures), written by the
     // drain alone on the loop thread; Sweeper::publish_pool copies them into the snapshot.
     const DrainFigures &figures() const { return fig_; }
@@ -100,6 +106,8 @@ private:
         int64_t rows_left = 0;
         uint64_t deadline = 0;  // stop claiming: half the lease after the pass began
         bool held_back = false;  // a claim around kept segments was held back (hold_back_claim)
+        bool shed = false;       // the ladder cut this cycle's row budget: nothing is carried
+        bool carrying = false;   // a worker has sent the claim the next cycle is to fire first
     };
     // Segments of a partition someone else holds, still claimed, to be tried again.
     struct Kept {
@@ -147,6 +155,7 @@ private:
     void move_rows(const std::vector<ClaimedTimer> &rows, const FireBatch &batch, RowEvent e);
     Task<std::optional<PgResult>> retry_kept();  // a refusal of one of their fires
     void after_claim(Claim &c, int64_t contended_before);
+    Task<void> carry_over(Claim next, Pass &p);
     bool contended_recently() const { return ctx_.now() < contended_until_; }
     int64_t fire_contention() const;
     void set_batch(int64_t rows);
@@ -169,6 +178,7 @@ private:
         bool woken = false;      // a wake rang since
     };
     AroundKept around_;
+    std::optional<Claim> carried_;  // for the next pass (carrying)
     PartitionKeys kept_partitions() const;  // sorted, distinct
     bool holding_back() const;
     int64_t hold_back_window_ms() const;

@@ -25,6 +25,11 @@ bool claim_ahead(bool full_claim, bool contended_recently, bool stopping) {
     return full_claim && !contended_recently && !stopping;
 }
 
+bool carry_claim(const CarryInput &in) {
+    return in.ahead && in.budget_spent && !in.out_of_time && !in.failed && !in.shed && !in.holding_back &&
+           !in.carrying;
+}
+
 uint64_t fire_deadline(uint64_t sent_mono, int64_t lease_ms) {
     const int64_t lease = std::max<int64_t>(lease_ms, 0);
     return sent_mono + static_cast<uint64_t>(lease - lease / 4);

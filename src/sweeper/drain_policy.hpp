@@ -39,6 +39,25 @@ int64_t next_claim_batch(const BatchInput &in);
 // a second after a claim whose fires met one: then each broker keeps one connection busy).
 bool claim_ahead(bool full_claim, bool contended_recently, bool stopping);
 
+// Whether the claim sent beside a pass's last fire is taken for the next cycle (carried:
+// held, packed, and fired first by the next pass) once this pass's rows are spent. Only
+// where a claim would be sent ahead anyway (claim_ahead), when the pass ended on its row
+// budget alone, unshed (a backlog on a healthy database: not out of its half-lease, no call
+// failed, the budget not cut by the ladder), no claim is held back around kept segments,
+// and no claim is carried already (one per drain). Without it, every cycle of a backlog
+// began with a claim and its packing on the path to its first fire: ~36 ms of every
+// 5,000 timers at a segment per timer (tests/bench/results/2026-12-07-carry.md).
+struct CarryInput {
+    bool ahead = false;        // claim_ahead(...) for the claim just fired
+    bool budget_spent = false; // the pass has no rows left to reserve
+    bool out_of_time = false;  // the pass's half-lease is spent
+    bool failed = false;       // a call of the pass failed
+    bool shed = false;         // the ladder cut this cycle's row budget
+    bool holding_back = false; // claims around kept segments are held back
+    bool carrying = false;     // a claim is carried already
+};
+bool carry_claim(const CarryInput &in);
+
 // ---- Deadlines inside the lease ---------------------------------------------------------
 
 // The loop-clock instant by which every fire of a claim sent at `sent_mono` must have

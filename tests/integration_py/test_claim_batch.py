@@ -69,3 +69,39 @@ def test_claims_wait_for_their_fires_while_another_broker_is_in_the_way(q, sweep
     assert st["claims_ahead_total"] <= st["claims_total"] // 2, st
     delivered = [f.txn for *_x, f in q.delivered(TENANT_A, queue)]
     assert len(delivered) == len(set(delivered)) == n
+
+
+def test_a_cycle_that_spends_its_budget_carries_the_next_claim_and_a_pause_hands_it_back(q, sweepers):
+    """A backlog larger than a cycle's row budget: each cycle that spends its budget sends the
+    claim beside its last fire for the next cycle (claims_carried_total), which fires it first.
+    A pause of the fire then finds a carried claim held: the first paused cycle hands it back,
+    so no row stays claimed while the fire is paused. Resumed, every timer fires once."""
+    queue = "carry"
+    n = 12000
+    for start in range(0, n, 250):
+        q.schedule([op_schedule(queue, f"k{i:05d}", b"c", partition=f"p{i % 8}")
+                    for i in range(start, start + 250)])
+    h = sweepers("carry", sweeper_cycle_max_rows=300, sweeper_claim_batch=100,
+                 sweeper_claim_batch_max=100, sweeper_max_sleep_ms=200)
+    h.start()
+    wait_for(lambda: h.stats()["claims_carried_total"] >= 3, 30, 0.005, "a claim carried into a cycle")
+    q.set_switch("timers_fire_enabled", False)
+    try:
+        paused = h.stats()["fire_paused_cycles_total"]
+        wait_for(lambda: h.stats()["fire_paused_cycles_total"] >= paused + 2, 10, 0.02, "two paused cycles")
+        left = q.timers_left()
+        claimed = q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL")
+        st = h.stats()
+        print(f"\n[carry] paused with {left} timers left, {claimed} claimed; "
+              f"carried {st['claims_carried_total']} of {st['claims_total']} claims")
+        assert left > 0, "the backlog ended before the pause: the test needs more timers"
+        assert claimed == 0, claimed
+    finally:
+        q.set_switch("timers_fire_enabled", True)
+    wait_for(lambda: q.timers_left() == 0, 60, 0.05, "the backlog to drain")
+    wait_for(lambda: h.stats()["fired_total"] == n, 5, 0.02, "the last fire's answer")
+    st = h.stats()
+    assert_clean_stop(h)
+    assert st["claims_carried_total"] >= 3 and st["stale_total"] == 0, st
+    delivered = [f.txn for *_x, f in q.delivered(TENANT_A, queue)]
+    assert len(delivered) == len(set(delivered)) == n

@@ -67,6 +67,28 @@ TEST(DrainPolicy, ClaimsGoAheadOnlyThroughAnUncontendedBacklog) {
     EXPECT_FALSE(claim_ahead(true, false, true));
 }
 
+TEST(DrainPolicy, AClaimIsCarriedIntoTheNextCycleOnlyWhenAHealthyBacklogSpentTheBudget) {
+    CarryInput in;
+    in.ahead = true;
+    in.budget_spent = true;
+    EXPECT_TRUE(carry_claim(in));
+    // Each condition alone stops it.
+    for (int which = 0; which < 7; ++which) {
+        CarryInput x = in;
+        switch (which) {
+            case 0: x.ahead = false; break;          // no backlog, contended, or stopping
+            case 1: x.budget_spent = false; break;   // rows left: the pass claims them itself
+            case 2: x.out_of_time = true; break;     // a slow database
+            case 3: x.failed = true; break;          // a failed call ends the drain
+            case 4: x.shed = true; break;            // the ladder cut the budget
+            case 5: x.holding_back = true; break;    // around kept segments
+            case 6: x.carrying = true; break;        // one carried claim at a time
+        }
+        EXPECT_FALSE(carry_claim(x)) << which;
+    }
+    EXPECT_FALSE(carry_claim(CarryInput{}));
+}
+
 TEST(DrainPolicy, EveryFireOfAClaimIsDueWellInsideItsLease) {
     EXPECT_EQ(fire_deadline(1000, 30000), 1000u + 22500u);
     EXPECT_EQ(fire_deadline(1000, 100), 1000u + 75u);

@@ -196,6 +196,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"claim_batch", "queen_sweeper_claim_batch"},
         {"claims_ahead_total", "queen_sweeper_claims_ahead_total"},
         {"claims_packed_ahead_total", "queen_sweeper_claims_packed_ahead_total"},
+        {"claims_carried_total", "queen_sweeper_claims_carried_total"},
         {"contended_claims_total", "queen_sweeper_contended_claims_total"},
         {"claimed_total", "queen_sweeper_claimed_total"},
         {"claimed_bytes_total", "queen_sweeper_claimed_bytes_total"},
