@@ -34,6 +34,16 @@ BEGIN
     END IF;
 END
 $drop$;
+-- Schema 34 gave the fire and the helpers that write its answer a last argument, p_compact
+-- (with a default): their forms without it are dropped (a call without it would otherwise
+-- be ambiguous). Nothing but this file calls them; the apply runs under its mutex.
+DROP FUNCTION IF EXISTS queen.log_timers_fire_answer_v1(int[], int[], bigint[], bigint[], bigint[], int[]);
+DROP FUNCTION IF EXISTS queen.log_timers_fire_settle_v1(uuid[], text[], int[], text[], int[], timestamptz,
+    boolean[], int[], bigint[], bigint[], bigint[], int[], int[]);
+DROP FUNCTION IF EXISTS queen.log_timers_fire_fast_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[],
+    int[], uuid[], timestamptz, boolean, tid[]);
+DROP FUNCTION IF EXISTS queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],
+    uuid[], timestamptz, boolean, tid[]);
 
 -- queen.log_timers_fire_check_v1(<the fire's first ten arguments>, full boolean default true)
 --   -> void
@@ -382,14 +392,15 @@ END
 $fn$;
 
 -- queen.log_timers_fire_answer_v1(seg_counts int[], held_n int[], partition_ids bigint[],
---     last_offsets bigint[], base_offsets bigint[], dup_seg int[]) -> jsonb
+--     last_offsets bigint[], base_offsets bigint[], dup_seg int[], compact boolean) -> jsonb
 -- The fire's answer (its header, below) from what the fire found, per segment i: stale when
 -- held_n[i] < seg_counts[i]; else busy when last_offsets[i] is null; else fired when
 -- base_offsets[i] is set; else duplicate, with dup_seg naming its frames already in the log.
--- Writes nothing. Locks: none.
+-- compact: the compact form of the header (a letter per segment and a number per fired
+-- one) instead of an object per segment. Writes nothing. Locks: none.
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_answer_v1(
     p_seg_counts int[], p_held_n int[], p_partition_ids bigint[], p_last_offsets bigint[],
-    p_base_offsets bigint[], p_dup_seg int[], OUT answer jsonb)
+    p_base_offsets bigint[], p_dup_seg int[], p_compact boolean DEFAULT false, OUT answer jsonb)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
@@ -403,6 +414,10 @@ BEGIN
     -- 1,430; tests/bench/results/2026-12-07-per-segment.md). Every value is a number (no
     -- quoting needed); a null one is written null, so no segment's text is ever null and
     -- string_agg never drops one (the array stays aligned with the call's segments).
+    -- Compact: a letter per segment and, per kind, one number (or two) per segment of that
+    -- kind in segment order: 1.2 ms for 2,000 fired segments against 14 ms (the same data).
+    -- Each form's aggregates are filtered by p_compact (a CASE around them would still
+    -- compute both: aggregates are evaluated before the expression that reads them).
     WITH d AS (
         SELECT d.s, count(*)::int AS n FROM unnest(p_dup_seg) AS d(s) GROUP BY d.s
     ), s AS MATERIALIZED (
@@ -413,7 +428,20 @@ BEGIN
                coalesce(d.n, 0) AS dn
           FROM generate_series(1, coalesce(cardinality(p_seg_counts), 0)) AS g(i)
           LEFT JOIN d ON d.s = g.i)
-    SELECT ('{"segments": [' || coalesce(string_agg(CASE s.st
+    SELECT (CASE WHEN p_compact THEN
+               '{"statuses": "' || coalesce(string_agg(CASE s.st WHEN 'stale' THEN 's' WHEN 'busy' THEN 'b'
+                                                           WHEN 'fired' THEN 'f' ELSE 'd' END, '' ORDER BY s.i)
+                                                FILTER (WHERE p_compact), '')
+            || '", "baseOffsets": [' || coalesce(string_agg(coalesce(p_base_offsets[s.i]::text, 'null'), ', '
+                                                           ORDER BY s.i) FILTER (WHERE p_compact AND s.st = 'fired'), '')
+            || '], "staleHeld": [' || coalesce(string_agg(coalesce(p_held_n[s.i]::text, 'null'), ', '
+                                                         ORDER BY s.i) FILTER (WHERE p_compact AND s.st = 'stale'), '')
+            || '], "dupDuplicates": [' || coalesce(string_agg(s.dn::text, ', ' ORDER BY s.i)
+                                                   FILTER (WHERE p_compact AND s.st = 'dup'), '')
+            || '], "dupReleased": [' || coalesce(string_agg(coalesce((p_seg_counts[s.i] - s.dn)::text, 'null'), ', '
+                                                           ORDER BY s.i) FILTER (WHERE p_compact AND s.st = 'dup'), '')
+            || ']'
+          ELSE '{"segments": [' || coalesce(string_agg(CASE s.st
                    WHEN 'stale' THEN '{"status": "stale", "held": '
                         || coalesce(p_held_n[s.i]::text, 'null') || '}'
                    WHEN 'busy' THEN '{"status": "busy", "count": '
@@ -426,8 +454,9 @@ BEGIN
                         || ', "count": ' || coalesce(p_seg_counts[s.i]::text, 'null') || '}'
                    ELSE '{"status": "duplicate", "duplicates": ' || s.dn
                         || ', "released": ' || coalesce((p_seg_counts[s.i] - s.dn)::text, 'null')
-                        || '}' END, ', ' ORDER BY s.i), '')
-            || '], "fired": ' || coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'fired'), 0)
+                        || '}' END, ', ' ORDER BY s.i) FILTER (WHERE NOT p_compact), '')
+            || ']' END
+            || ', "fired": ' || coalesce(sum(p_seg_counts[s.i]) FILTER (WHERE s.st = 'fired'), 0)
             || ', "stale": ' || count(*) FILTER (WHERE s.st = 'stale')
             || ', "duplicate": ' || coalesce(sum(s.dn) FILTER (WHERE s.st = 'dup'), 0)
             || ', "released": ' || coalesce(sum(CASE s.st WHEN 'stale' THEN p_held_n[s.i]
@@ -442,9 +471,9 @@ $fn$;
 -- queen.log_timers_fire_settle_v1(seg_tenants uuid[], seg_queues text[], seg_counts int[],
 --     timer_keys text[], timer_seg int[], now timestamptz, held boolean[], held_n int[],
 --     partition_ids bigint[], last_offsets bigint[], base_offsets bigint[], dup_seg int[],
---     dup_frame int[]) -> jsonb
--- The end of a fire: the timer rows it holds are settled and its answer (the fire's header)
--- built. Per segment i: stale when held_n[i] < seg_counts[i] (its held rows released:
+--     dup_frame int[], compact boolean) -> jsonb
+-- The end of a fire: the timer rows it holds are settled and its answer (the fire's header;
+-- compact: its compact form) built. Per segment i: stale when held_n[i] < seg_counts[i] (its held rows released:
 -- claim_token and claimed_until nulled); else busy when last_offsets[i] is null (its
 -- partition was not locked: rows untouched, still claimed); else fired when base_offsets[i]
 -- is set (rows deleted); else duplicate: the rows of its frames in (dup_seg, dup_frame)
@@ -454,7 +483,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_settle_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_counts int[], p_timer_keys text[],
     p_timer_seg int[], p_now timestamptz, p_held boolean[], p_held_n int[],
     p_partition_ids bigint[], p_last_offsets bigint[], p_base_offsets bigint[],
-    p_dup_seg int[], p_dup_frame int[])
+    p_dup_seg int[], p_dup_frame int[], p_compact boolean DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
@@ -465,7 +494,7 @@ DECLARE
     v_answer jsonb;
 BEGIN
     v_answer := queen.log_timers_fire_answer_v1(p_seg_counts, p_held_n, p_partition_ids,
-        p_last_offsets, p_base_offsets, p_dup_seg);
+        p_last_offsets, p_base_offsets, p_dup_seg, p_compact);
 
     -- The timer rows, per (tenant, queue): delivered ones deleted (appended segments,
     -- frames of duplicate segments already in the log), the rest of duplicate segments
@@ -501,7 +530,7 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_fire_fast_v2(<the fire's arguments>, timer_tids tid[]) -> jsonb, or null
+-- queen.log_timers_fire_fast_v2(<the fire's arguments>) -> jsonb (compact: its compact form), or null
 -- The fire as it goes when nothing is in the way, in one subtransaction: the segments'
 -- queues and partitions (provisioned when missing), their partition rows locked as
 -- log_timers_fire_v2 takes them (p_wait), the named rows deleted outright (claim_token,
@@ -536,7 +565,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_fast_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean, p_timer_tids tid[])
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean, p_timer_tids tid[], p_compact boolean DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
@@ -574,7 +603,7 @@ BEGIN
         -- README.md, eleventh pass).
         IF NOT EXISTS (SELECT 1 FROM unnest(v_last) AS l(o) WHERE l.o IS NOT NULL) THEN
             RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
-                v_ids.partition_ids, v_last, NULL, '{}')
+                v_ids.partition_ids, v_last, NULL, '{}', p_compact)
                 || jsonb_build_object('provisionBusy', v_ids.prov_busy);
         END IF;
         -- The refusals (log_timers_fire_check_v1 without the two this way finds by itself),
@@ -675,7 +704,7 @@ BEGIN
             RAISE EXCEPTION 'duplicate' USING ERRCODE = 'QSF01';
         END IF;
         RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts, v_ids.partition_ids,
-            v_last, v_app.base_offsets, '{}')
+            v_last, v_app.base_offsets, '{}', p_compact)
             || jsonb_build_object('provisionBusy', v_ids.prov_busy);
     EXCEPTION WHEN SQLSTATE 'QSF01' OR lock_not_available THEN
         -- Undone (the lock_timeout set above with it).
@@ -687,7 +716,7 @@ $fn$;
 -- queen.log_timers_fire_v2(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
 --     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true,
---     timer_tids tid[] default null) -> jsonb
+--     timer_tids tid[] default null, compact boolean default false) -> jsonb
 -- timer_tids: each
 -- timer's address as its claim returned it (log_timers_claim_v4's row_tid), aligned with
 -- timer_keys, or null. Only a hint: with an address for every timer the fast way finds the
@@ -700,6 +729,14 @@ $fn$;
 --                | {"status": "busy", "count": n} ],   (array order)
 --    "fired": rows, "stale": segments, "duplicate": rows, "released": rows, "busy": rows,
 --    "provisionBusy": segments}
+-- compact (schema 34; what the sweeper asks for): the same answer without an object per
+-- segment. "segments" is replaced by "statuses", one letter per segment in array order (f
+-- fired, s stale, d duplicate, b busy), and one array per kind, an element per segment of
+-- that kind in order: "baseOffsets" (fired; the end offset is base + count - 1, the
+-- partition the caller named), "staleHeld" (stale: held), "dupDuplicates" and
+-- "dupReleased" (duplicate: duplicates, released). The totals are the same. At a segment
+-- per timer the full form was ~90 bytes of JSON per segment, built, read and written
+-- again by the server and read by the caller: 14 ms for 2,000 segments against 1.2.
 -- busy: the segment's partition someone else holds (p_wait false), some of its rows,
 -- still ours, another transaction has locked, or (schema 18) its queue or partition could
 -- not be provisioned because another transaction holds the name (below): its rows are
@@ -778,7 +815,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
     p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true,
-    p_timer_tids tid[] DEFAULT NULL)
+    p_timer_tids tid[] DEFAULT NULL, p_compact boolean DEFAULT false)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -819,14 +856,17 @@ BEGIN
             false);
     END IF;
     IF v_nseg = 0 THEN
-        RETURN jsonb_build_object('segments', '[]'::jsonb, 'fired', 0, 'stale', 0,
-                                  'duplicate', 0, 'released', 0, 'provisionBusy', 0);
+        RETURN CASE WHEN p_compact
+                    THEN jsonb_build_object('statuses', '', 'baseOffsets', '[]'::jsonb, 'staleHeld', '[]'::jsonb,
+                                            'dupDuplicates', '[]'::jsonb, 'dupReleased', '[]'::jsonb)
+                    ELSE jsonb_build_object('segments', '[]'::jsonb) END
+               || jsonb_build_object('fired', 0, 'stale', 0, 'duplicate', 0, 'released', 0, 'provisionBusy', 0);
     END IF;
 
     -- Nothing in the way (the common case): one subtransaction, one write per timer row.
     v_fast := queen.log_timers_fire_fast_v2(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens,
-        p_now, p_wait, p_timer_tids);
+        p_now, p_wait, p_timer_tids, p_compact);
     IF v_fast IS NOT NULL THEN
         RETURN v_fast;
     END IF;
@@ -863,7 +903,7 @@ BEGIN
 
     RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
         p_timer_keys, p_timer_seg, p_now, v_hold.held, v_held_n, v_ids.partition_ids,
-        v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame)
+        v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame, p_compact)
         || jsonb_build_object('provisionBusy', v_ids.prov_busy);
 END
 $fn$;

@@ -76,9 +76,11 @@ struct FireSegmentAnswer {
     int64_t released = 0;      // duplicate: "released"
 };
 
-// A fire's answer as a value. Unreadable (not JSON, not an object, no "segments" array, a
-// segment entry that is not an object or a "status" that is not a string): the fire
-// committed and what it did is unknown; `unreadable` says why.
+// A fire's answer as a value, from its full form ("segments") or its compact one
+// ("statuses" and an array per kind, which the sweeper asks for). Unreadable (not JSON, not
+// an object, no "segments" array, a segment entry that is not an object or a "status" that
+// is not a string; in the compact form, anything that does not add up): the fire committed
+// and what it did is unknown; `unreadable` says why.
 struct FireAnswer {
     bool readable = false;
     std::string unreadable;

@@ -46,7 +46,7 @@ bool claim_ahead(bool full_claim, bool contended_recently, bool stopping);
 // failed, the budget not cut by the ladder), no claim is held back around kept segments,
 // and no claim is carried already (one per drain). Without it, every cycle of a backlog
 // began with a claim and its packing on the path to its first fire: ~36 ms of every
-// 5,000 timers at a segment per timer (tests/bench/results/2026-12-07-carry.md).
+// 5,000 timers at a segment per timer (tests/bench/results/2026-12-07-carry-and-compact.md).
 struct CarryInput {
     bool ahead = false;        // claim_ahead(...) for the claim just fired
     bool budget_spent = false; // the pass has no rows left to reserve

@@ -83,7 +83,14 @@ def sched_many(q, n, tenant=T1, delay_ms=0, now=NOW, prefix="k", queue="q"):
 
 
 class Queen:
-    """Thin wrappers over the SQL functions, one connection."""
+    """Thin wrappers over the SQL functions, one connection.
+
+    compact_answers: fire_raw asks log_timers_fire_v2 for its compact answer (as the sweeper
+    does) and returns it expanded into the full form (expand_compact_answer), so every test
+    of the fire's answer checks both forms (tests/sql/test_fire.py runs each of its tests
+    with either)."""
+
+    compact_answers = False
 
     def __init__(self, conn):
         self.conn = conn
@@ -165,9 +172,39 @@ class Queen:
         args = (seg_t, seg_q, seg_p, seg_c, [psycopg2.Binary(h) for h in seg_h],
                 [psycopg2.Binary(b) for b in seg_b], keys, segs, toks, now)
         # log_timers_fire_v2, with the rows' addresses as the claim gave them or without (null)
-        return self.one("SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[],"
-                        " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[])",
-                        args + (True if wait is None else wait, tids))
+        res = self.one("SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[],"
+                       " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[], %s)",
+                       args + (True if wait is None else wait, tids, self.compact_answers))
+        if not self.compact_answers:
+            return res
+        return self.expand_compact_answer(res, seg_t, seg_q, seg_p, seg_c)
+
+    def expand_compact_answer(self, res, seg_t, seg_q, seg_p, seg_c):
+        """The compact answer (a letter per segment, an array per kind) as the full one: the
+        fields the compact form leaves out are the call's (count, the end offset) or the
+        partition's id, read from queen.log_partitions."""
+        assert "segments" not in res, res
+        statuses = res.pop("statuses")
+        kinds = {k: list(res.pop(k)) for k in ("baseOffsets", "staleHeld", "dupDuplicates", "dupReleased")}
+        segments = []
+        for i, letter in enumerate(statuses):
+            if letter == "f":
+                base = kinds["baseOffsets"].pop(0)
+                pid = self.one("SELECT p.id FROM queen.log_partitions p JOIN queen.queues qu ON qu.id = p.queue_id"
+                               " WHERE qu.tenant_id = %s AND qu.name = %s AND p.name = %s",
+                               (seg_t[i], seg_q[i], seg_p[i]))
+                segments.append({"status": "fired", "partitionId": pid, "baseOffset": base,
+                                 "endOffset": base + seg_c[i] - 1, "count": seg_c[i]})
+            elif letter == "s":
+                segments.append({"status": "stale", "held": kinds["staleHeld"].pop(0)})
+            elif letter == "d":
+                segments.append({"status": "duplicate", "duplicates": kinds["dupDuplicates"].pop(0),
+                                 "released": kinds["dupReleased"].pop(0)})
+            else:
+                assert letter == "b", statuses
+                segments.append({"status": "busy", "count": seg_c[i]})
+        assert all(not v for v in kinds.values()), (statuses, kinds)  # every element used
+        return {"segments": segments, **res}
 
     def fire1_raw(self, seg_t, seg_q, seg_p, seg_c, seg_h, seg_b, keys, segs, toks, now=NOW, wait=None):
         """log_timers_fire_v1: the 1.0.0 wrapper (006_compat.sql); wait None: its ten-argument call."""

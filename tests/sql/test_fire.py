@@ -11,6 +11,15 @@ from queenkit import stand_in_hash, wait_for
 from sqlkit import NOW, T1, T2, ms
 
 
+@pytest.fixture(autouse=True, params=["full", "compact"])
+def answer_form(request, monkeypatch):
+    """Every test of this module twice: the fire's full answer, and its compact one (what the
+    sweeper asks for) expanded by sqlkit into the full form, so both say the same."""
+    from sqlkit import Queen
+    monkeypatch.setattr(Queen, "compact_answers", request.param == "compact")
+    return request.param
+
+
 def sched(q, keys, tenant=T1, queue="q", partition=None, txns=None, now=NOW, delay_ms=0):
     ops = []
     for i, k in enumerate(keys):

@@ -61,6 +61,59 @@ TEST(FireAnswer, ASegmentThatIsNotAnObjectOrAStatusOfAnotherTypeIsUnreadable) {
     }
 }
 
+TEST(FireAnswer, TheCompactFormReadsAsTheFullOne) {
+    const FireAnswer a = parse_fire_answer(std::string_view(
+        R"({"statuses": "fbsdff", "baseOffsets": [1041, 7, 9223372036854775807], "staleHeld": [2],
+            "dupDuplicates": [4], "dupReleased": [1], "fired": 5, "provisionBusy": 1})"));
+    ASSERT_TRUE(a.readable) << a.unreadable;
+    ASSERT_EQ(a.segments.size(), 6u);
+    EXPECT_EQ(a.segments[0].status, FireSegStatus::fired);
+    EXPECT_EQ(a.segments[0].base_offset, 1041);
+    EXPECT_EQ(a.segments[1].status, FireSegStatus::busy);
+    EXPECT_EQ(a.segments[1].base_offset, -1);
+    EXPECT_EQ(a.segments[2].status, FireSegStatus::stale);
+    EXPECT_EQ(a.segments[2].held, 2);
+    EXPECT_EQ(a.segments[3].status, FireSegStatus::duplicate);
+    EXPECT_EQ(a.segments[3].duplicates, 4);
+    EXPECT_EQ(a.segments[3].released, 1);
+    EXPECT_EQ(a.segments[4].base_offset, 7);
+    EXPECT_EQ(a.segments[5].base_offset, std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(a.provision_busy, 1);
+    EXPECT_EQ(a.segment(6).status, FireSegStatus::busy);  // past the answer: busy, as in the full form
+
+    const FireAnswer e = parse_fire_answer(std::string_view(
+        R"({"statuses": "", "baseOffsets": [], "staleHeld": [], "dupDuplicates": [], "dupReleased": []})"));
+    ASSERT_TRUE(e.readable) << e.unreadable;
+    EXPECT_TRUE(e.segments.empty());
+}
+
+TEST(FireAnswer, ACompactFormThatDoesNotAddUpIsUnreadable) {
+    const char *arrays = R"("staleHeld": [], "dupDuplicates": [], "dupReleased": [])";
+    for (const std::string &text : {
+             std::string(R"({"statuses": 1, "baseOffsets": [], )") + arrays + "}",
+             std::string(R"({"statuses": null, "baseOffsets": [], )") + arrays + "}",
+             std::string(R"({"statuses": "f", )") + arrays + "}",                        // no baseOffsets
+             std::string(R"({"statuses": "f", "baseOffsets": {}, )") + arrays + "}",
+             std::string(R"({"statuses": "f", "baseOffsets": [], )") + arrays + "}",     // shorter
+             std::string(R"({"statuses": "f", "baseOffsets": [1, 2], )") + arrays + "}", // longer
+             std::string(R"({"statuses": "", "baseOffsets": [1], )") + arrays + "}",
+             std::string(R"({"statuses": "f", "baseOffsets": ["1"], )") + arrays + "}",
+             std::string(R"({"statuses": "f", "baseOffsets": [1.5], )") + arrays + "}",
+             std::string(R"({"statuses": "f", "baseOffsets": [null], )") + arrays + "}",
+             std::string(R"({"statuses": "f", "baseOffsets": [-1], )") + arrays + "}",
+             std::string(R"({"statuses": "f", "baseOffsets": [9223372036854775808], )") + arrays + "}",
+             std::string(R"({"statuses": "x", "baseOffsets": [], )") + arrays + "}",
+             std::string(R"({"statuses": "F", "baseOffsets": [1], )") + arrays + "}",
+             std::string(R"({"statuses": "d", "baseOffsets": [], "staleHeld": [], "dupDuplicates": [1], "dupReleased": []})"),
+             std::string(R"({"statuses": "s", "baseOffsets": [], "staleHeld": [], "dupDuplicates": [], "dupReleased": []})"),
+         }) {
+        const FireAnswer a = parse_fire_answer(std::string_view(text));
+        EXPECT_FALSE(a.readable) << text;
+        EXPECT_FALSE(a.unreadable.empty()) << text;
+        EXPECT_TRUE(a.segments.empty()) << text;
+    }
+}
+
 TEST(FireAnswer, AnEmptyArrayIsReadableAndEverySegmentOfTheCallIsBusy) {
     const FireAnswer a = parse_fire_answer(std::string_view(R"({"segments": []})"));
     ASSERT_TRUE(a.readable);
