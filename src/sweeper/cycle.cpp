@@ -143,7 +143,10 @@ Task<Sweeper::DrainStep> Sweeper::drain_step(const ProbeResult &pr, const std::v
         if (!try_held_rows(pr.held, now, cycle_.held_tried_at, cfg_.sweeper_max_sleep_ms)) co_return d;
         cycle_.held_tried_at = now;
     }
-    const Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget);
+    // The rollup's gate within half a lease (the pass claims nothing after half a lease): it
+    // may run before the next drain, so this pass carries no claim into it.
+    const bool phase_due = sub_clocks_->ms_until_next_gate() <= cfg_.sweeper_lease_ms / 2;
+    const Drain::Result dr = co_await drain_->run(shards, step.fire_row_budget, phase_due);
     d.capped = dr.capped;
     d.out_of_time = dr.out_of_time;
     d.failed_transient = dr.failed && backoff_.transient;  // unreachable or overloaded

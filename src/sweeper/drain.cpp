@@ -77,7 +77,7 @@ std::vector<size_t> rows_of(const FireBatch &batch) {
 
 // ---- The pass --------------------------------------------------------------------------
 
-Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_budget) {
+Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_budget, bool phase_due) {
     if (batch_ < ctx_.cfg.sweeper_claim_batch) set_batch(ctx_.cfg.sweeper_claim_batch);
     if (kept_due()) {
         const std::optional<PgResult> refused = co_await retry_kept();
@@ -91,6 +91,7 @@ Task<Drain::Result> Drain::run(const std::vector<int16_t> &shards, int64_t row_b
     Pass p;
     p.rows_left = row_budget;
     p.shed = row_budget < ctx_.cfg.sweeper_cycle_max_rows;
+    p.phase_due = phase_due;
     p.deadline = ctx_.now() + static_cast<uint64_t>(ctx_.cfg.sweeper_lease_ms / 2);
     std::vector<Task<void>> workers;
     for (int64_t i = 0; i < std::max<int64_t>(ctx_.cfg.sweeper_parallelism, 1); ++i)
@@ -188,6 +189,7 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         ci.shed = p.shed;
         ci.holding_back = holding_back();
         ci.carrying = carried_.has_value() || p.carrying;
+        ci.phase_due = p.phase_due;
         // The claim for the next cycle: a whole batch, not from this pass's budget.
         const bool carry = ahead == 0 && carry_claim(ci);
         if (carry) {

@@ -56,7 +56,9 @@ public:
         bool out_of_time = false;  // hit the half-lease deadline: the database is slow
         bool failed = false;
     };
-    Task<Result> run(const std::vector<int16_t> &shards, int64_t row_budget);
+    // phase_due: a maintenance phase (the usage rollup) may run before the next drain, so
+    // nothing is carried into it (carry_claim).
+    Task<Result> run(const std::vector<int16_t> &shards, int64_t row_budget, bool phase_due = false);
 
     // Kept busy segments: whether any is due for its next try, and in how long (loop
     // clock; INT64_MAX when none is kept), so the cycle's sleep never outlasts it.
@@ -108,6 +110,7 @@ private:
         bool held_back = false;  // a claim around kept segments was held back (hold_back_claim)
         bool shed = false;       // the ladder cut this cycle's row budget: nothing is carried
         bool carrying = false;   // a worker has sent the claim the next cycle is to fire first
+        bool phase_due = false;  // a maintenance phase may run before the next drain: nothing carried
     };
     // Segments of a partition someone else holds, still claimed, to be tried again.
     struct Kept {

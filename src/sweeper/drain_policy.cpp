@@ -27,7 +27,7 @@ bool claim_ahead(bool full_claim, bool contended_recently, bool stopping) {
 
 bool carry_claim(const CarryInput &in) {
     return in.ahead && in.budget_spent && !in.out_of_time && !in.failed && !in.shed && !in.holding_back &&
-           !in.carrying;
+           !in.carrying && !in.phase_due;
 }
 
 uint64_t fire_deadline(uint64_t sent_mono, int64_t lease_ms) {

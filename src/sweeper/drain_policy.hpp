@@ -44,7 +44,11 @@ bool claim_ahead(bool full_claim, bool contended_recently, bool stopping);
 // where a claim would be sent ahead anyway (claim_ahead), when the pass ended on its row
 // budget alone, unshed (a backlog on a healthy database: not out of its half-lease, no call
 // failed, the budget not cut by the ladder), no claim is held back around kept segments,
-// and no claim is carried already (one per drain). Without it, every cycle of a backlog
+// no claim is carried already (one per drain), and no maintenance phase of this cycle may
+// come due before the next cycle fires it (the usage rollup's gate is more than half a lease
+// away when the pass begins, and the pass claims nothing after half a lease): a carried
+// claim's rows wait for what runs between the two drains, and other brokers could have
+// fired them meanwhile. Without it, every cycle of a backlog
 // began with a claim and its packing on the path to its first fire: ~36 ms of every
 // 5,000 timers at a segment per timer (tests/bench/results/2026-12-07-carry-and-compact.md).
 struct CarryInput {
@@ -55,6 +59,7 @@ struct CarryInput {
     bool shed = false;         // the ladder cut this cycle's row budget
     bool holding_back = false; // claims around kept segments are held back
     bool carrying = false;     // a claim is carried already
+    bool phase_due = false;    // a maintenance phase may run before the next drain
 };
 bool carry_claim(const CarryInput &in);
 

@@ -73,7 +73,7 @@ TEST(DrainPolicy, AClaimIsCarriedIntoTheNextCycleOnlyWhenAHealthyBacklogSpentThe
     in.budget_spent = true;
     EXPECT_TRUE(carry_claim(in));
     // Each condition alone stops it.
-    for (int which = 0; which < 7; ++which) {
+    for (int which = 0; which < 8; ++which) {
         CarryInput x = in;
         switch (which) {
             case 0: x.ahead = false; break;          // no backlog, contended, or stopping
@@ -83,6 +83,7 @@ TEST(DrainPolicy, AClaimIsCarriedIntoTheNextCycleOnlyWhenAHealthyBacklogSpentThe
             case 4: x.shed = true; break;            // the ladder cut the budget
             case 5: x.holding_back = true; break;    // around kept segments
             case 6: x.carrying = true; break;        // one carried claim at a time
+            case 7: x.phase_due = true; break;       // the rollup may run before the next drain
         }
         EXPECT_FALSE(carry_claim(x)) << which;
     }
