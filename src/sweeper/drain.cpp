@@ -190,12 +190,14 @@ Task<void> Drain::worker(const std::vector<int16_t> &shards, Pass &p) {
         ci.holding_back = holding_back();
         ci.carrying = carried_.has_value() || p.carrying;
         ci.phase_due = p.phase_due;
-        // The claim for the next cycle: a whole batch, not from this pass's budget.
+        // The claim for the next cycle, not from this pass's budget: what that pass's first
+        // claim would ask for (a batch, within the cycle's row budget), so a cycle never fires
+        // more rows than sweeper_cycle_max_rows.
         const bool carry = ahead == 0 && carry_claim(ci);
         if (carry) {
             p.carrying = true;
-            ahead = batch_;
-            ahead_whole = true;
+            ahead = std::min(batch_, ctx_.cfg.sweeper_cycle_max_rows);
+            ahead_whole = ahead == batch_;
         }
         Claim next;
         bool ok = true;
