@@ -58,7 +58,7 @@ public:
     };
     // phase_due: a maintenance phase (the usage rollup) may run before the next drain, so
     // nothing is carried into it (carry_claim).
-    Task<Result> run(const std::vector<int16_t> &shards, int64_t row_budget, bool phase_due = false);
+    Task<Result> run(const std::vector<int16_t> &shards, int64_t row_budget, bool phase_due);
 
     // Kept busy segments: whether any is due for its next try, and in how long (loop
     // clock; INT64_MAX when none is kept), so the cycle's sleep never outlasts it.

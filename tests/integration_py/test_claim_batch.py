@@ -105,3 +105,25 @@ def test_a_cycle_that_spends_its_budget_carries_the_next_claim_and_a_pause_hands
     assert st["claims_carried_total"] >= 3 and st["stale_total"] == 0, st
     delivered = [f.txn for *_x, f in q.delivered(TENANT_A, queue)]
     assert len(delivered) == len(set(delivered)) == n
+
+
+def test_nothing_is_carried_into_a_cycle_whose_usage_rollup_may_run_first(q, sweepers):
+    """The usage rollup's gate always within half a lease (kv_usage_every_ms 2 s, a lease of
+    30 s): a cycle that spends its budget carries no claim into the next one (its rows would
+    wait through the rollup), and the backlog drains exactly once all the same."""
+    queue = "no-carry"
+    n = 3000
+    for start in range(0, n, 250):
+        q.schedule([op_schedule(queue, f"k{i:05d}", b"n", partition=f"p{i % 8}")
+                    for i in range(start, start + 250)])
+    h = sweepers("no-carry", sweeper_cycle_max_rows=300, sweeper_claim_batch=100,
+                 sweeper_claim_batch_max=100, sweeper_lease_ms=30000, kv_usage_every_ms=2000)
+    h.start()
+    wait_for(lambda: q.timers_left() == 0, 60, 0.05, "the backlog to drain")
+    wait_for(lambda: h.stats()["fired_total"] == n, 5, 0.02, "the last fire's answer")
+    st = h.stats()
+    assert_clean_stop(h)
+    assert st["capped_cycles_total"] >= n // 300 - 1, st["capped_cycles_total"]
+    assert st["claims_carried_total"] == 0, st["claims_carried_total"]
+    delivered = [f.txn for *_x, f in q.delivered(TENANT_A, queue)]
+    assert len(delivered) == len(set(delivered)) == n
