@@ -1707,10 +1707,13 @@ $fn$;
 -- * the floor: a plain read finds the earliest live row at or after the given floor (h),
 --   passing a row listed in queen.log_timers_held; when h is due and in nobody's hands it is
 --   locked (FOR UPDATE SKIP LOCKED) and, when someone else holds it, listed there and the
---   next row read (at most 4 a claim; at most 64 listed in all); the walks start at
---   least(h, now - slack) (see above; a floor given with a subset of
---   shards is kept as it is). floor_ms (the same on every row) is the floor the next call
---   starts from;
+--   next row read (at most 4 a claim; at most 64 listed in all). floor_ms (the same on
+--   every row) is the floor the next call starts from: least(h, now - slack) (see above; a
+--   floor given with a subset of shards is kept as it is). The ring, the shares and the
+--   oldest-first walk start at h, not at the floor: nothing live is between them but listed
+--   rows (taken by key) and rows committed after the head's read (at or after the floor
+--   answered, rule 3: the next probe or claim finds them), so the fired rows a snapshot held
+--   elsewhere keeps inside the slack are passed once a claim, by the head's read;
 -- * the held rows: entries of queen.log_timers_held whose row is gone or no longer at the
 --   due_at listed are deleted; the listed rows due, in nobody's hands and free now are taken
 --   by key (FOR UPDATE SKIP LOCKED) into the pool, in front of the walk's;
@@ -1810,6 +1813,7 @@ DECLARE
     v_tenants  uuid[];
     v_head     timestamptz;
     v_floor    timestamptz := p_floor;
+    v_from     timestamptz;  -- where the walks start
     v_floor_ms bigint;
     v_listed   boolean := false;
     v_turn     boolean;
@@ -1829,7 +1833,6 @@ BEGIN
     SELECT array_agg(DISTINCT u) INTO v_tenants
       FROM (SELECT u FROM unnest(p_tenants) AS u WHERE u IS NOT NULL LIMIT 64) x;
     v_turn := queen.log_timers_take_turn_v1();  -- "The turn" above
-
     -- The held rows' list tidied, and the head ("The held rows" above; the floor never moves back).
     SELECT h.head, h.listed INTO v_head, v_listed FROM queen.log_timers_claim_head_v1(p_floor, p_now, v_all) h;
     IF v_all THEN
@@ -1837,9 +1840,10 @@ BEGIN
                                            p_now - queen.log_timers_floor_slack_v1()));
     END IF;
     v_floor_ms := CASE WHEN v_floor IS NULL THEN NULL ELSE queen.epoch_ms_v1(v_floor) END;
+    v_from := CASE WHEN v_all THEN greatest(v_head, v_floor) ELSE v_floor END;  -- the walks' start: "the floor" above
     IF p_tenants IS NOT NULL AND v_all THEN  -- a backlog: "The ring" above
         -- As many as can have a share of 32 (a handful of timers in one naming), up to 64.
-        v_ring := queen.log_timers_tenant_ring_v1(p_now, v_floor, v_turn, p_max_rows / least(v_per, 32));
+        v_ring := queen.log_timers_tenant_ring_v1(p_now, v_from, v_turn, p_max_rows / least(v_per, 32));
         IF cardinality(v_ring) > 1 THEN
             v_tenants := ARRAY(SELECT DISTINCT u FROM unnest(v_ring || v_tenants) AS u LIMIT 64);
         END IF;
@@ -1855,7 +1859,7 @@ BEGIN
                        t.due_at AS cv, t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
                   FROM queen.log_timers t
                  -- One range of log_timers_tenant_due_at_idx (see the header: not tenant_id = tn).
-                 WHERE (t.tenant_id, t.due_at) >= (u.tn, coalesce(v_floor, '-infinity'))
+                 WHERE (t.tenant_id, t.due_at) >= (u.tn, coalesce(v_from, '-infinity'))
                    AND (t.tenant_id, t.due_at) <= (u.tn, p_now)
                    AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                    AND (v_all OR t.shard = ANY (p_shards))
@@ -1870,7 +1874,7 @@ BEGIN
                t.deliver_at AS cd, octet_length(t.payload)::bigint AS cb
           FROM queen.log_timers t
          WHERE t.due_at <= p_now
-           AND t.due_at >= coalesce(v_floor, '-infinity')
+           AND t.due_at >= coalesce(v_from, '-infinity')
            AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
            AND (v_all OR t.shard = ANY (p_shards))
            AND (NOT v_skip OR NOT EXISTS (

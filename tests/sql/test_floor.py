@@ -403,3 +403,51 @@ def test_a_named_tenants_share_is_one_range_of_its_own_index_whatever_the_backlo
     assert "log_timers_pkey" not in shares and "Sort" not in shares, shares
     # Each share reads its ten rows and stops (rows=10 per loop, one loop per tenant).
     assert "rows=10 loops=2" in shares.split("log_timers_tenant_due_at_idx", 1)[1].splitlines()[0], shares
+
+
+def _index_reads(q, index):
+    """Entries read from `index` so far by this database's sessions (this session's counts of
+    the statements before flushed first)."""
+    q.exec("SELECT pg_stat_force_next_flush()")
+    q.exec("SELECT pg_stat_clear_snapshot()")
+    return q.one("SELECT idx_tup_read FROM pg_stat_user_indexes WHERE schemaname = 'queen'"
+                 " AND indexrelname = %s", (index,))
+
+
+def test_a_claim_passes_the_fired_rows_a_held_snapshot_keeps_inside_the_slack_once(q, connections):
+    """A snapshot held elsewhere keeps the entries of every row fired in the last slack seconds
+    between the floor and the first live row: 3,000 of tenant 1 here. The claim's head read
+    passes them once; its oldest-first walk, the ring and the named tenants' shares then start
+    at the head it found (nothing live is between: listed rows are taken by key), not at the
+    floor again (2 x 3,000 entries of the due index, and of the tenants' index 2 x 3,000
+    more, before schema 35). The floor answered is still least(head, now - slack); the probe
+    passes them once too."""
+    snap = connections(autocommit=False)
+    snap.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    snap.cursor().execute("SELECT count(*) FROM queen.log_timers_tenants")
+    try:
+        sched_many(q, 3000, tenant=T1, now=NOW - ms(3000), prefix="f")
+        q.exec("DELETE FROM queen.log_timers WHERE tenant_id = %s", (str(T1),))  # fired
+        sched_many(q, 5, tenant=T1, now=NOW - ms(1000), prefix="a")
+        sched_many(q, 5, tenant=T2, now=NOW - ms(1000), prefix="b")
+        q.exec("ANALYZE queen.log_timers")
+        floor = NOW - SLACK
+        due0 = _index_reads(q, "log_timers_due_idx")
+        answer = due2(q, floor=floor)
+        due1 = _index_reads(q, "log_timers_due_idx")
+        assert answer["due"] == 10 and floor_of(answer) == floor
+        assert 3000 <= due1 - due0 <= 3100, due1 - due0
+        # The oldest-first walk alone (no backlog named), then a backlog's ring and shares.
+        for tenants, max_rows, per_tenant, want in ((None, 4, 50, 4), ([], 6, 3, 6)):
+            due_a = _index_reads(q, "log_timers_due_idx")
+            ten_a = _index_reads(q, "log_timers_tenant_due_at_idx")
+            rows = claim3(q, floor=floor, max_rows=max_rows, per_tenant=per_tenant, tenants=tenants)
+            due_b = _index_reads(q, "log_timers_due_idx")
+            ten_b = _index_reads(q, "log_timers_tenant_due_at_idx")
+            assert len(rows) == want, rows
+            assert {r["floor_ms"] for r in rows} == {int(floor.timestamp() * 1000)}
+            assert 3000 <= due_b - due_a <= 3100, (tenants, due_b - due_a)
+            assert ten_b - ten_a <= 20, (tenants, ten_b - ten_a)
+        assert q.one("SELECT count(*) FROM queen.log_timers WHERE claim_token IS NOT NULL") == 10
+    finally:
+        snap.rollback()
