@@ -235,7 +235,7 @@ std::string compress_segment(std::string_view frames) {
     std::string out;
     out.resize(ZSTD_compressBound(frames.size()));
     const size_t n = ZSTD_compressCCtx(segment_cctx(), out.data(), out.size(), frames.data(), frames.size(),
-                                       kSegmentZstdLevel);
+                                       segment_zstd_level(frames.size()));
     if (ZSTD_isError(n)) throw std::runtime_error(std::string("zstd: ") + ZSTD_getErrorName(n));
     out.resize(n);
     return out;

@@ -1,6 +1,8 @@
 // The segment codec: frames, the zstd envelope around them, and the txn hash.
 //
-// A segment is K frames concatenated and compressed together (zstd level 3). A frame is
+// A segment is K frames concatenated and compressed together (zstd level 3; a segment of
+// fewer than kSegmentSmallBytes of frames at zstd's fastest level, -1: see
+// segment_zstd_level and docs/decisions/0022-small-segments-fast-level.md). A frame is
 // little-endian: u32 body length, then the body: u8 flags, 16-byte message id, [16-byte trace
 // id if flags & 1], u16 txn length, txn, [u16 producer-sub length, producer sub if flags & 2],
 // payload (the rest of the body). Beside the blob, `hashes` carries the xxh3-128 of each
@@ -27,6 +29,16 @@ inline constexpr size_t kTxnHashBytes = 16;
 inline constexpr size_t kMaxTxnBytes = 65535;
 inline constexpr size_t kMaxProducerSubBytes = 65535;
 inline constexpr int kSegmentZstdLevel = 3;
+// Below this many bytes of frames a segment is compressed at kSegmentSmallZstdLevel: at a
+// frame or two, level 3 saves 5-20% of a few hundred bytes and costs 4-5 times the CPU
+// (its entropy stage), which at a segment per timer was the largest cost of the sweeper's
+// own process. Any zstd decoder reads both.
+inline constexpr size_t kSegmentSmallBytes = 512;
+inline constexpr int kSegmentSmallZstdLevel = -1;
+// The zstd level a segment of `frames_bytes` bytes of frames is compressed at.
+constexpr int segment_zstd_level(size_t frames_bytes) {
+    return frames_bytes < kSegmentSmallBytes ? kSegmentSmallZstdLevel : kSegmentZstdLevel;
+}
 // A blob whose decompressed size would pass this is refused: a few bytes of zstd can
 // declare (or stream) gigabytes, and the decoder must not be the host's OOM.
 inline constexpr size_t kMaxDecompressedBytes = size_t{256} << 20;
@@ -52,7 +64,8 @@ size_t frame_size(const FrameView &frame);
 // Throws as frame_size; `out` is untouched when it throws.
 void append_frame(std::string &out, const FrameView &frame);
 
-// zstd (level 3) of concatenated frames; one zstd frame with its content size declared.
+// zstd of concatenated frames, at segment_zstd_level(frames.size()); one zstd frame with
+// its content size declared.
 // Throws std::runtime_error if zstd fails (only on allocation failure in practice).
 std::string compress_segment(std::string_view frames);
 

@@ -591,6 +591,26 @@ TEST(CodecCApi, TxnHashMatchesTheCodec) {
     EXPECT_EQ(0, std::memcmp(a, b, 16));
 }
 
+// The level a segment is compressed at, at both ends of the small band: a frame or two of
+// a typical payload goes at zstd's fastest level, anything from 512 bytes at level 3; both
+// read back the same.
+TEST(Codec, SmallSegmentsGoAtTheFastestLevelAndTheRestAtLevelThree) {
+    EXPECT_EQ(qs::segment_zstd_level(0), -1);
+    EXPECT_EQ(qs::segment_zstd_level(qs::kSegmentSmallBytes - 1), -1);
+    EXPECT_EQ(qs::segment_zstd_level(qs::kSegmentSmallBytes), 3);
+    EXPECT_EQ(qs::segment_zstd_level(size_t{1} << 30), 3);
+    for (const size_t size : {qs::kSegmentSmallBytes - 1, qs::kSegmentSmallBytes}) {
+        const std::string raw(size, 'q');
+        const std::string blob = qs::compress_segment(raw);
+        EXPECT_EQ(ZSTD_getFrameContentSize(blob.data(), blob.size()), size);
+        std::string out, error;
+        ASSERT_TRUE(qs::zstd_decompress(reinterpret_cast<const uint8_t *>(blob.data()), blob.size(), out, error,
+                                        qs::kMaxDecompressedBytes))
+            << error;
+        EXPECT_EQ(out, raw);
+    }
+}
+
 // The segment compressor keeps one context per thread: what it writes must not depend on
 // what it compressed before (a long, incompressible segment, then a tiny one, an empty one,
 // a repetitive one), and must be what a fresh ZSTD_compress at the same level writes.
@@ -603,7 +623,8 @@ TEST(Codec, KeptCompressionContextWritesWhatAFreshOneWrites) {
     for (int round = 0; round < 2; ++round)
         for (const std::string &in : inputs) {
             std::string fresh(ZSTD_compressBound(in.size()), '\0');
-            const size_t n = ZSTD_compress(fresh.data(), fresh.size(), in.data(), in.size(), qs::kSegmentZstdLevel);
+            const size_t n = ZSTD_compress(fresh.data(), fresh.size(), in.data(), in.size(),
+                                           qs::segment_zstd_level(in.size()));
             ASSERT_FALSE(ZSTD_isError(n));
             fresh.resize(n);
             EXPECT_EQ(qs::compress_segment(in), fresh) << "input of " << in.size() << " bytes, round " << round;
