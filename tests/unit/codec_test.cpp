@@ -609,6 +609,20 @@ TEST(Codec, SmallSegmentsGoAtTheFastestLevelAndTheRestAtLevelThree) {
             << error;
         EXPECT_EQ(out, raw);
     }
+    // What compress_segment writes for one typical frame (a 200-byte JSON payload) is what
+    // zstd writes at the small level, not at level 3 (the input tells the two apart).
+    std::string frame = "{\"order\":48213,\"customer\":\"c-417\",\"items\":[1,2,3],\"note\":\"";
+    for (int i = 0; frame.size() < 220; ++i) frame.push_back(static_cast<char>('a' + (i * 7919) % 26));
+    frame += "\"}";
+    auto at_level = [&](int level) {
+        std::string z(ZSTD_compressBound(frame.size()), '\0');
+        const size_t n = ZSTD_compress(z.data(), z.size(), frame.data(), frame.size(), level);
+        EXPECT_FALSE(ZSTD_isError(n));
+        z.resize(n);
+        return z;
+    };
+    ASSERT_NE(at_level(qs::kSegmentSmallZstdLevel), at_level(qs::kSegmentZstdLevel));
+    EXPECT_EQ(qs::compress_segment(frame), at_level(qs::kSegmentSmallZstdLevel));
 }
 
 // The segment compressor keeps one context per thread: what it writes must not depend on
