@@ -24,10 +24,6 @@ FireSegStatus fire_status(const std::string &s) {
     return FireSegStatus::other;
 }
 
-}  // namespace
-
-namespace {
-
 // The compact form (schema 34): "statuses", a letter per segment, and an array per kind with
 // an element per segment of that kind, in order. Any array shorter or longer than its
 // letters, an element that is not an integer from 0 to INT64_MAX, or a letter not of the
