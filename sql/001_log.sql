@@ -319,47 +319,74 @@ BEGIN
 END
 $fn$;
 
--- queen.log_partitions_lock_v1(partition_ids bigint[], wait boolean) -> bigint[]
+-- Schema 36: the partitions' lock returns each row's address with it (log_partitions_lock_v2);
+-- the form that returned only the offsets is gone (nothing outside this schema calls it).
+DROP FUNCTION IF EXISTS queen.log_partitions_lock_v1(bigint[], boolean);
+
+-- queen.log_partitions_lock_v2(partition_ids bigint[], wait boolean)
+--   -> table (id bigint, last_offset bigint, tid tid)
 -- Takes the named log_partitions rows FOR UPDATE in ascending id order, in one statement,
--- and returns, element for element, the last_offset read under that lock: null for a null
--- id, an id that does not exist, or (wait false) a row someone else holds. A row named
--- twice is locked once. wait true (or null): FOR UPDATE, which waits; false: FOR UPDATE
--- SKIP LOCKED, which never waits. Every writer of the log takes its partitions here, then
--- appends with log_append_dedup_v1 under these locks.
+-- and returns a row for each row taken: its id, its last_offset read under that lock and
+-- its address (ctid), which the append (log_append_dedup_v1) writes at. An id named twice
+-- is taken once; a null id, an id that does not exist or (wait false) a row someone else
+-- holds returns nothing. wait true (or null): FOR UPDATE, which waits; false: FOR UPDATE
+-- SKIP LOCKED, which never waits. Every writer of the log takes its partitions here (or at
+-- their addresses, log_partitions_lock_at_v1), then appends with log_append_dedup_v1 under
+-- these locks.
 -- Locks: the log_partitions rows, FOR UPDATE (or FOR UPDATE SKIP LOCKED), ascending id.
-CREATE OR REPLACE FUNCTION queen.log_partitions_lock_v1(p_partition_ids bigint[], p_wait boolean)
-RETURNS bigint[]
+CREATE OR REPLACE FUNCTION queen.log_partitions_lock_v2(p_partition_ids bigint[], p_wait boolean)
+RETURNS TABLE (id bigint, last_offset bigint, tid tid)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 AS $fn$
-DECLARE
-    v_last bigint[];
 BEGIN
     -- The ids are an index condition (the scan drops nulls and repeats); the ORDER BY puts
     -- the row locks in ascending id order (LockRows runs above the sort).
     IF p_wait IS DISTINCT FROM false THEN
-        WITH l AS MATERIALIZED (
-            SELECT lp.id, lp.last_offset
+        RETURN QUERY
+            SELECT lp.id, lp.last_offset, lp.ctid
               FROM queen.log_partitions lp
              WHERE lp.id = ANY (p_partition_ids)
              ORDER BY lp.id
-               FOR UPDATE)
-        SELECT array_agg(l.last_offset ORDER BY g.n) INTO v_last
-          FROM unnest(p_partition_ids) WITH ORDINALITY AS g(id, n)
-          LEFT JOIN l ON l.id = g.id;
+               FOR UPDATE;
     ELSE
-        WITH l AS MATERIALIZED (
-            SELECT lp.id, lp.last_offset
+        RETURN QUERY
+            SELECT lp.id, lp.last_offset, lp.ctid
               FROM queen.log_partitions lp
              WHERE lp.id = ANY (p_partition_ids)
              ORDER BY lp.id
-               FOR UPDATE SKIP LOCKED)
-        SELECT array_agg(l.last_offset ORDER BY g.n) INTO v_last
-          FROM unnest(p_partition_ids) WITH ORDINALITY AS g(id, n)
-          LEFT JOIN l ON l.id = g.id;
+               FOR UPDATE SKIP LOCKED;
     END IF;
-    RETURN v_last;
+END
+$fn$;
+
+-- queen.log_partitions_lock_at_v1(tids tid[], partition_ids bigint[])
+--   -> table (id bigint, last_offset bigint, tid tid)
+-- log_partitions_lock_v2 with wait false, but each row taken at the address its caller read
+-- it at (tids, from the same lookup as partition_ids), not looked up by id: a lookup by id
+-- walks every version of the row a snapshot held elsewhere keeps (every append writes
+-- one), an address goes to one. Returns the rows taken: one that is at one of tids, is
+-- the current version there (a row rewritten since the caller read its address is not:
+-- its caller looks it up by id), is one of partition_ids (an address whose version was
+-- pruned and reused by another row is not taken) and that nobody else holds. FOR UPDATE
+-- SKIP LOCKED, ascending id, never waits. The only way in is the addresses (index, bitmap
+-- and sequential scans off: a TID scan).
+-- Locks: the log_partitions rows, FOR UPDATE SKIP LOCKED, ascending id.
+CREATE OR REPLACE FUNCTION queen.log_partitions_lock_at_v1(p_tids tid[], p_partition_ids bigint[])
+RETURNS TABLE (id bigint, last_offset bigint, tid tid)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, queen, pg_temp
+SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_indexscan = off SET enable_bitmapscan = off SET enable_seqscan = off
+AS $fn$
+BEGIN
+    RETURN QUERY
+        SELECT lp.id, lp.last_offset, lp.ctid
+          FROM queen.log_partitions lp
+         WHERE lp.ctid = ANY (p_tids) AND lp.id = ANY (p_partition_ids)
+         ORDER BY lp.id
+           FOR UPDATE SKIP LOCKED;
 END
 $fn$;
 
@@ -478,8 +505,9 @@ BEGIN
 END
 $fn$;
 
--- The nine-argument form of earlier builds is dropped once (a call with nine arguments
--- would otherwise be ambiguous between it and the one below, whose tenth has a default).
+-- The nine- and ten-argument forms of earlier builds are dropped once (a call with fewer
+-- arguments would otherwise be ambiguous between them and the one below, whose tenth and
+-- eleventh have defaults).
 DO $drop$
 BEGIN
     IF to_regprocedure('queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[], '
@@ -487,17 +515,23 @@ BEGIN
         DROP FUNCTION queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[],
                                                 bytea[], bigint[], boolean, timestamptz);
     END IF;
+    -- Schema 36 added an eleventh (partition_tids, with a default): the ten-argument form goes.
+    IF to_regprocedure('queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[], '
+                       'bytea[], bigint[], boolean, timestamp with time zone, boolean)') IS NOT NULL THEN
+        DROP FUNCTION queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[],
+                                                bytea[], bigint[], boolean, timestamptz, boolean);
+    END IF;
 END
 $drop$;
 
 -- queen.log_append_dedup_v1(queue_ids bigint[], partition_ids bigint[], last_offsets bigint[],
 --     counts int[], hashes bytea[], blobs bytea[], windows bigint[], dedup boolean,
---     now timestamptz, optimistic boolean default false)
+--     now timestamptz, optimistic boolean default false, partition_tids tid[] default null)
 --   -> (base_offsets bigint[], dup_seg int[], dup_frame int[])
 -- THE append to the log: every writer calls it (log_push_v1 with one segment, the fire
 -- with all its segments). Segment i goes to partition partition_ids[i] of queue
 -- queue_ids[i]; last_offsets[i] is that partition's last_offset as read under the CALLER'S
--- FOR UPDATE lock on it (log_partitions_lock_v1; the same value for every segment of one
+-- FOR UPDATE lock on it (log_partitions_lock_v2; the same value for every segment of one
 -- partition), or null: segment i is skipped (not looked at, not appended). counts[i] >= 1
 -- frames whose transaction hashes are hashes[i] (16 bytes each, frame order) and whose
 -- encoded segment is blobs[i]; the caller has checked all of it.
@@ -529,25 +563,35 @@ $drop$;
 -- and then takes the checked way. Saves the check's probe of the dedup index per frame
 -- when nothing is a duplicate, the common case (measured in tests/bench/README.md, third
 -- pass).
+-- partition_tids (default null): per segment, the address (ctid) of its partition's row as
+-- the caller locked it (log_timers_fire_take_v1 returns them): the allocators are then
+-- updated by address, not looked up by id a second time; under a snapshot held elsewhere a
+-- lookup by id walks every version of the row written since, an address goes straight to
+-- the one locked (schema 36). Null: looked up by id here, one probe per segment. An address
+-- that does not hold the locked row (a caller's mistake: the row is locked, so nobody else
+-- moved it) raises XX000, and nothing of the call is kept.
 -- Locks, in order: log_txn_index rows of the appended hashes, ascending (queue, hash) (a
 -- wait only on a concurrent writer of the same transaction id); then the partition rows
 -- the caller holds; then new rows of log_segments and log_txns.
+-- SET jit = off: generate_series over array elements counts as 1,000 rows per segment:
+-- estimates that would cross jit_above_cost, and make a generic plan look dearer than
+-- planning each call afresh (see the fire, 003). SET enable_seqscan = off: every table
+-- reached through an index (its callers, the push and the fire, set it too): the generic
+-- plan's estimates never make a scan of log_partitions look cheaper. SET enable_indexscan
+-- and enable_bitmapscan = on: the statement that appends turns both off for itself (its
+-- one read of a table, log_partitions, is at the addresses: a TID scan, not a merge join
+-- over a whole index), and the function's end puts the caller's back.
 CREATE OR REPLACE FUNCTION queen.log_append_dedup_v1(
     p_queue_ids bigint[], p_partition_ids bigint[], p_last_offsets bigint[], p_counts int[],
     p_hashes bytea[], p_blobs bytea[], p_windows bigint[], p_dedup boolean, p_now timestamptz,
-    p_optimistic boolean DEFAULT false,
+    p_optimistic boolean DEFAULT false, p_partition_tids tid[] DEFAULT NULL,
     OUT base_offsets bigint[], OUT dup_seg int[], OUT dup_frame int[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET max_parallel_workers_per_gather = 0
--- generate_series over array elements counts as 1,000 rows per segment: estimates that
--- would cross jit_above_cost, and make a generic plan look dearer than planning each call
--- afresh (see the fire, 003).
 SET jit = off
 SET plan_cache_mode = force_generic_plan
--- Every table reached through an index (its callers, the push and the fire, set it too):
--- the generic plan's estimates never make a scan of log_partitions look cheaper.
-SET enable_seqscan = off
+SET enable_seqscan = off SET enable_indexscan = on SET enable_bitmapscan = on
 AS $fn$
 DECLARE
     v_n     int := coalesce(cardinality(p_partition_ids), 0);
@@ -560,6 +604,8 @@ DECLARE
     v_last  bigint[];
     v_one   record;
     v_opt   boolean := p_dedup AND coalesce(p_optimistic, false);
+    v_tids  tid[] := p_partition_tids;
+    v_moved boolean;
 BEGIN
     IF p_dedup AND NOT v_opt THEN
         v_chk := queen.log_dedup_check_v1(p_queue_ids, p_last_offsets, p_counts, p_hashes,
@@ -568,10 +614,7 @@ BEGIN
         dup_seg := v_chk.dup_seg;
         dup_frame := v_chk.dup_frame;
     ELSE
-        v_app := array_fill(false, ARRAY[v_n]);
-        FOR v_x IN 1 .. v_n LOOP
-            v_app[v_x] := p_last_offsets[v_x] IS NOT NULL;
-        END LOOP;
+        v_app := ARRAY(SELECT p_last_offsets[g.i] IS NOT NULL FROM generate_series(1, v_n) AS g(i) ORDER BY g.i);
     END IF;
     dup_seg := coalesce(dup_seg, '{}');
     dup_frame := coalesce(dup_frame, '{}');
@@ -579,10 +622,14 @@ BEGIN
     IF NOT (true = ANY (v_app)) THEN
         RETURN;
     END IF;
+    v_tids := coalesce(v_tids, ARRAY(SELECT lp.ctid FROM generate_series(1, v_n) AS g(i) LEFT JOIN queen.log_partitions lp
+                                       ON lp.id = p_partition_ids[g.i] AND v_app[g.i] ORDER BY g.i));
 
     -- Offsets, the dedup index rows, and, only if every index row was taken, the partition
     -- allocators, the segments and their hashes: one statement. The index upsert runs
-    -- first (the other writes wait on its outcome through "ok").
+    -- first (the other writes wait on its outcome through "ok"). No index or bitmap scan
+    -- in it (the function's SET puts both back on at its end): log_partitions at addresses.
+    PERFORM pg_catalog.set_config('enable_indexscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true);
     WITH a AS MATERIALIZED (
         SELECT g.i, p_partition_ids[g.i] AS pid, p_last_offsets[g.i] - p_counts[g.i] + 1
                + sum(p_counts[g.i]) OVER (PARTITION BY p_partition_ids[g.i] ORDER BY g.i) AS base
@@ -609,16 +656,17 @@ BEGIN
         -- Optimistic: no hash repeated across segments either (f holds one row per hash).
         SELECT (SELECT count(*) FROM ins) = (SELECT count(*) FROM f)
                AND (NOT v_opt OR (SELECT count(*) FROM f) = (SELECT sum(p_counts[a.i]) FROM a)) AS ok),
-    -- Each partition's new last offset, joined to its row by id (an index probe a
-    -- partition: enable_seqscan is off). Not a lookup by array_position in an array of
-    -- the ids, which is linear: 1,800 partitions cost 16 ms that way (1.6M comparisons).
+    -- Each partition's new last offset, written at its row's address (a TID scan each; a
+    -- probe by id walks what a held snapshot keeps). Not a lookup by array_position in an
+    -- array of the ids, which is linear: 1,800 partitions cost 16 ms that way.
     m AS MATERIALIZED (
-        SELECT a.pid, max(a.base + p_counts[a.i] - 1) AS last FROM a GROUP BY a.pid),
+        SELECT a.pid, max(a.base + p_counts[a.i] - 1) AS last, (array_agg(v_tids[a.i]))[1] AS tid
+          FROM a GROUP BY a.pid),
     lp AS (
         UPDATE queen.log_partitions lp
            SET last_offset = m.last
           FROM m
-         WHERE lp.id = m.pid AND (SELECT ok.ok FROM ok)
+         WHERE lp.ctid = m.tid AND lp.id = m.pid AND (SELECT ok.ok FROM ok)
         RETURNING 1),
     seg AS (
         INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
@@ -634,8 +682,14 @@ BEGIN
         RETURNING 1)
     SELECT (SELECT ok.ok FROM ok),
            ARRAY(SELECT a.base FROM generate_series(1, v_n) AS g(i) LEFT JOIN a ON a.i = g.i ORDER BY g.i),
-           (SELECT array_agg(ins.queue_id) FROM ins), (SELECT array_agg(ins.hash) FROM ins)
-      INTO v_ok, base_offsets, v_won_q, v_won_h;
+           (SELECT array_agg(ins.queue_id) FROM ins), (SELECT array_agg(ins.hash) FROM ins),
+           (SELECT ok.ok FROM ok) AND (SELECT count(*) FROM lp) <> (SELECT count(*) FROM m)
+      INTO v_ok, base_offsets, v_won_q, v_won_h, v_moved;
+    PERFORM pg_catalog.set_config('enable_indexscan', 'on', true), pg_catalog.set_config('enable_bitmapscan', 'on', true);
+    IF v_moved THEN
+        RAISE EXCEPTION 'log_append_dedup_v1: a partition row is not at the address given for it'
+            USING ERRCODE = 'XX000';
+    END IF;
     IF v_ok THEN
         RETURN;
     END IF;
@@ -695,7 +749,7 @@ $fn$;
 -- older row of that hash (a hash repeated in the segment is indexed once, at its last
 -- frame).
 -- Locks, in order: queues (provisioning insert only), log_partitions (provisioning insert,
--- then the partition row FOR UPDATE, log_partitions_lock_v1), then log_txn_index rows of
+-- then the partition row FOR UPDATE, log_partitions_lock_v2), then log_txn_index rows of
 -- the segment's hashes (a wait only on a concurrent writer of the same transaction id),
 -- then new rows of log_segments and log_txns.
 -- SET enable_seqscan = off: every table this call touches is reached through an index, and
@@ -715,6 +769,7 @@ AS $fn$
 DECLARE
     v_prov   record;
     v_last   bigint[];
+    v_tid    tid[];
     v_seg    record;
 BEGIN
     IF p_tenant IS NULL OR p_queue IS NULL OR p_partition IS NULL OR p_count IS NULL
@@ -738,13 +793,14 @@ BEGIN
     END IF;
 
     v_prov := queen.log_provision_v1(p_tenant, p_queue, p_partition);
-    v_last := queen.log_partitions_lock_v1(ARRAY[v_prov.partition_id], true);
+    SELECT ARRAY[l.last_offset], ARRAY[l.tid] INTO v_last, v_tid
+      FROM queen.log_partitions_lock_v2(ARRAY[v_prov.partition_id], true) AS l;
     IF v_last[1] IS NULL THEN
         RAISE EXCEPTION 'log_push_v1: partition % does not exist', v_prov.partition_id
             USING ERRCODE = '22023';
     END IF;
     v_seg := queen.log_append_dedup_v1(ARRAY[v_prov.queue_id], ARRAY[v_prov.partition_id], v_last,
-        ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob], NULL, false, p_now);
+        ARRAY[p_count], ARRAY[p_hashes], ARRAY[p_blob], NULL, false, p_now, false, v_tid);
 
     RETURN jsonb_build_object(
         'baseOffset', v_seg.base_offsets[1],

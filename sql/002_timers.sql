@@ -492,7 +492,7 @@ $apply$;
 -- queen.log_timers_queue_gone_v1() -> trigger, AFTER DELETE OR UPDATE OF tenant_id, name ON
 -- queen.queues, per row (trigger queues_timers_follow): what becomes of the pending timers
 -- of a queue that is removed or renamed (schema 18). A timer names its queue by tenant and
--- name, and the fire creates a queue it does not find (log_timers_fire_ids_v2, 003): before,
+-- name, and the fire creates a queue it does not find (log_timers_fire_take_v1, 003): before,
 -- the pending timers of a removed queue re-created a queue of the old name at their
 -- instant, one nobody reads, and those of a renamed queue did the same under the old name.
 -- Now, in the transaction that removes or renames the queue row:

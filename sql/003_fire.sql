@@ -44,6 +44,9 @@ DROP FUNCTION IF EXISTS queen.log_timers_fire_fast_v2(uuid[], text[], text[], in
     int[], uuid[], timestamptz, boolean, tid[]);
 DROP FUNCTION IF EXISTS queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],
     uuid[], timestamptz, boolean, tid[]);
+-- Schema 36: the fire finds and locks its partitions in one lookup (log_timers_fire_take_v1);
+-- its helper that only found them is gone.
+DROP FUNCTION IF EXISTS queen.log_timers_fire_ids_v2(uuid[], text[], text[], boolean[], boolean);
 
 -- queen.log_timers_fire_check_v1(<the fire's first ten arguments>, full boolean default true)
 --   -> void
@@ -315,30 +318,52 @@ AS $fn$
              GROUP BY u.s) m ON m.s = g.i
 $fn$;
 
--- queen.log_timers_fire_ids_v2(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
+-- queen.log_timers_fire_take_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     live boolean[], wait boolean)
---   -> (queue_ids bigint[], partition_ids bigint[], windows bigint[], prov_busy int)
--- Queue id, partition id and the queue's dedup_window_ms of every live segment (null for
--- the others), looked up in one statement; only the missing queues and partitions are
--- provisioned (queen.log_provision_try_v1), in (tenant, queue, partition) order so that two
--- concurrent provisioners take the new rows in the same order. Provisioning never waits
--- long (schema 18): with wait false at most 1 ms on each lock, with wait true (or null)
--- at most the session's lock_timeout, and never more than 500 ms (below the default
--- deadlock_timeout, and far inside any lease; also when lock_timeout is 0, as a 1.0.0
--- broker calls log_timers_fire_v1). A name whose provisioning met a lock held that long
--- (a host transaction that created the queue or the partition, or deletes or renames the
--- queue, and is still open) keeps all three ids null, like a segment that is not live:
--- the fire finds no partition to lock and answers the segment busy, its rows untouched and
--- still claimed, exactly as for a partition someone else holds. prov_busy counts those
--- segments (every segment of a held name).
--- Locks: queues and log_partitions, only the inserted rows (or a bounded wait on a
--- concurrent inserter of the same name, or on a transaction that deletes or changes the
--- key of the queue row), in (tenant, queue, partition) order; never an existing
--- partition row.
-CREATE OR REPLACE FUNCTION queen.log_timers_fire_ids_v2(
+--   -> (queue_ids bigint[], partition_ids bigint[], windows bigint[], prov_busy int,
+--       last_offsets bigint[], partition_tids tid[])
+-- The fire's partitions, found and taken (schema 36: before, ids and locks were two
+-- lookups, log_timers_fire_ids_v2 then log_partitions_lock_v1, and the append a third).
+-- Per live segment i (null for the others): its queue's id and dedup_window_ms, its
+-- partition's id, and, when this call holds the partition row FOR UPDATE, that row's
+-- last_offset and its address (ctid), which the append (log_append_dedup_v1) updates by
+-- address instead of looking the row up a third time.
+-- Why one lookup: every fire rewrites its partitions' rows (last_offset), and under a
+-- snapshot held anywhere in the database no version of them can be pruned, so each lookup
+-- of a partition by key walks every version written since (measured: 1.6 ms a lookup
+-- after 100,000 rewrites of one row, 0.06 ms by address; docs/operations.md, "Long
+-- transactions"). One statement finds the queues and the existing partitions by name,
+-- with each partition row's address. Then, with wait false (the sweeper's first call),
+-- the rows are locked at those addresses (queen.log_partitions_lock_at_v1, FOR UPDATE
+-- SKIP LOCKED, ascending id, no index walked); a row not taken there (someone else holds
+-- it, or it was rewritten since it was read) is tried once more by id, SKIP LOCKED: held,
+-- its id is known and its last_offset null (its segments busy). With wait true (or null)
+-- every row is locked by id, FOR UPDATE in ascending id order in one statement
+-- (queen.log_partitions_lock_v2, which returns the address too), so that two fires that
+-- wait never wait on each other in two orders.
+-- Only the missing queues and partitions are provisioned (queen.log_provision_try_v1), in
+-- (tenant, queue, partition) order so that two concurrent provisioners take the new rows
+-- in the same order. Provisioning never waits long (schema 18): with wait false at most
+-- 1 ms on each lock, with wait true (or null) at most the session's lock_timeout, and
+-- never more than 500 ms (below the default deadlock_timeout, and far inside any lease;
+-- also when lock_timeout is 0). A name whose provisioning met a lock held that long (a
+-- host transaction that created the queue or the partition, or deletes or renames the
+-- queue, and is still open) keeps all its ids null, like a segment that is not live: the
+-- fire answers the segment busy, its rows untouched and still claimed, exactly as for a
+-- partition someone else holds. prov_busy counts those segments. A partition provisioned
+-- here (or by a concurrent provisioner that committed first) is locked SKIP LOCKED
+-- whatever wait says: the only unbounded wait of this call is the one ordered statement.
+-- Locks, in order: the existing partitions' log_partitions rows FOR UPDATE (SKIP LOCKED
+-- with wait false), ascending id within each statement; then queues and log_partitions,
+-- only the inserted rows (or a bounded wait on a concurrent inserter of the same name, or
+-- on a transaction that deletes or changes the key of the queue row), in (tenant, queue,
+-- partition) order; then the provisioned partitions' rows FOR UPDATE SKIP LOCKED,
+-- ascending id.
+CREATE OR REPLACE FUNCTION queen.log_timers_fire_take_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_live boolean[],
     p_wait boolean,
-    OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[], OUT prov_busy int)
+    OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[], OUT prov_busy int,
+    OUT last_offsets bigint[], OUT partition_tids tid[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
@@ -349,18 +374,40 @@ DECLARE
     v_prov    record;
     v_wait_ms int;          -- the bound on each provisioning wait, read once when needed
     v_lt      int;
+    v_lock    bigint[];     -- ids to lock by id (wait true: all; false: those not taken by address)
+    v_new     bigint[];     -- the partitions provisioned here, to lock
 BEGIN
     prov_busy := 0;
-    SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i)
-      INTO queue_ids, partition_ids, windows
+    SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i),
+           array_agg(x.tid ORDER BY g.i)
+      INTO queue_ids, partition_ids, windows, partition_tids
       FROM generate_series(1, v_nseg) AS g(i)
       LEFT JOIN LATERAL (
-            SELECT q.id AS qid, p.id AS pid, q.dedup_window_ms AS win
+            SELECT q.id AS qid, p.id AS pid, q.dedup_window_ms AS win, p.ctid AS tid
               FROM queen.queues q
               LEFT JOIN queen.log_partitions p
                 ON p.queue_id = q.id AND p.name = p_seg_partitions[g.i]
              WHERE p_live[g.i]
                AND q.tenant_id = p_seg_tenants[g.i] AND q.name = p_seg_queues[g.i]) x ON true;
+
+    IF p_wait IS DISTINCT FROM false THEN
+        v_lock := partition_ids;
+    ELSE
+        SELECT array_agg(l.last_offset ORDER BY g.i), array_agg(l.tid ORDER BY g.i)
+          INTO last_offsets, partition_tids
+          FROM generate_series(1, v_nseg) AS g(i)
+          LEFT JOIN queen.log_partitions_lock_at_v1(partition_tids, partition_ids) AS l
+            ON l.id = partition_ids[g.i];
+        v_lock := ARRAY(SELECT partition_ids[g.i] FROM generate_series(1, v_nseg) AS g(i)
+                         WHERE partition_ids[g.i] IS NOT NULL AND last_offsets[g.i] IS NULL);
+    END IF;
+    IF cardinality(v_lock) > 0 THEN
+        SELECT array_agg(coalesce(l.last_offset, last_offsets[g.i]) ORDER BY g.i),
+               array_agg(coalesce(l.tid, partition_tids[g.i]) ORDER BY g.i)
+          INTO last_offsets, partition_tids
+          FROM generate_series(1, v_nseg) AS g(i)
+          LEFT JOIN queen.log_partitions_lock_v2(v_lock, p_wait) AS l ON l.id = partition_ids[g.i];
+    END IF;
 
     FOR v_i IN
         SELECT g.i FROM generate_series(1, v_nseg) AS g(i)
@@ -387,7 +434,21 @@ BEGIN
         queue_ids[v_i] := v_prov.queue_id;
         partition_ids[v_i] := v_prov.partition_id;
         windows[v_i] := v_prov.dedup_window_ms;
+        v_new := v_new || v_prov.partition_id;
     END LOOP;
+
+    IF v_new IS NOT NULL THEN
+        SELECT array_agg(CASE WHEN partition_ids[g.i] = ANY (v_new) THEN l.last_offset ELSE last_offsets[g.i] END
+                         ORDER BY g.i),
+               array_agg(CASE WHEN partition_ids[g.i] = ANY (v_new) THEN l.tid ELSE partition_tids[g.i] END
+                         ORDER BY g.i)
+          INTO last_offsets, partition_tids
+          FROM generate_series(1, v_nseg) AS g(i)
+          LEFT JOIN queen.log_partitions_lock_v2(v_new, false) AS l ON l.id = partition_ids[g.i];
+    END IF;
+    -- An address is returned only with the lock it was read under.
+    partition_tids := ARRAY(SELECT CASE WHEN last_offsets[g.i] IS NULL THEN NULL ELSE partition_tids[g.i] END
+                              FROM generate_series(1, v_nseg) AS g(i) ORDER BY g.i);
 END
 $fn$;
 
@@ -554,10 +615,9 @@ $fn$;
 -- none null or empty, counts at least 1); the rest checked here by log_timers_fire_check_v1
 -- (without its two dearest findings, above) once the partitions are taken, unless every
 -- one is held by someone else (then nothing is taken: the all-busy answer).
--- Locks, in order: queues and log_partitions only to provision (as log_timers_fire_ids_v2,
--- each wait bounded: a name someone holds leaves its segments busy);
--- the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait false) in
--- ascending id order; the named rows of queen.log_timers, by DELETE under a lock_timeout of
+-- Locks, in order: the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait
+-- false) in ascending id order, then queues and log_partitions only to provision (each wait
+-- bounded: a name someone holds leaves its segments busy), all as log_timers_fire_take_v1; the named rows of queen.log_timers, by DELETE under a lock_timeout of
 -- 1 ms (a DELETE cannot skip a locked row: a row someone else holds, a cancel or another
 -- broker's claim passing over it, ends the fast way within a millisecond, and the general
 -- way skips that row as it always has); then log_txn_index, log_segments and log_txns as
@@ -590,8 +650,8 @@ DECLARE
                          AND array_position(p_timer_tids, NULL) IS NULL;
 BEGIN
     BEGIN
-        v_ids := queen.log_timers_fire_ids_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all, p_wait);
-        v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
+        v_ids := queen.log_timers_fire_take_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all, p_wait);
+        v_last := v_ids.last_offsets;
         -- Every partition held by someone else (p_wait false): the general way could only
         -- answer busy for every segment, after a full check and a lock (and a WAL record)
         -- on every row, all for nothing. Answered here instead, nothing taken: the rows
@@ -698,7 +758,7 @@ BEGIN
         -- Optimistic: no check first; a duplicate raises QSF01 and undoes this way. The
         -- append skips the segments of partitions someone else holds (no last_offset).
         v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
-            p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now, true);
+            p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now, true, v_ids.partition_tids);
         IF EXISTS (SELECT 1 FROM generate_series(1, v_nseg) AS g(i)
                     WHERE v_last[g.i] IS NOT NULL AND v_app.base_offsets[g.i] IS NULL) THEN
             RAISE EXCEPTION 'duplicate' USING ERRCODE = 'QSF01';
@@ -780,16 +840,16 @@ $fn$;
 -- each row outright; anything else undoes it (measured in tests/bench/README.md: one write
 -- per timer row instead of two, 8-10% on one sweeper). Then, only when the fast way stood
 -- aside, the
--- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_ids_v2 (ids,
--- provisioning), log_partitions_lock_v1 and log_append_dedup_v1 (001),
+-- general way: log_timers_fire_hold_v1 (the rows), log_timers_fire_take_v1 (ids, the
+-- partitions' locks, provisioning), log_append_dedup_v1 (001),
 -- log_timers_fire_settle_v1 (the rows deleted or released, the answer).
 -- Locks of the fast way: provisioning, then the partitions as below (the only waits), then
 -- the rows by DELETE with a 1 ms lock_timeout (a row someone holds ends the fast way, and
 -- the general way skips that row). Locks of the general way, in order:
--- rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then
--- queues and log_partitions only to provision missing ones (inserts, in (tenant, queue,
--- partition) order); then the live segments' log_partitions rows FOR UPDATE in ascending
--- id order (the only waits); then log_txn_index rows of the pushed hashes (a wait only on a
+-- rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then the live
+-- segments' existing log_partitions rows FOR UPDATE in ascending id order (the only
+-- waits); then queues and log_partitions only to provision missing ones (inserts, in
+-- (tenant, queue, partition) order, each wait bounded, the new rows SKIP LOCKED); then log_txn_index rows of the pushed hashes (a wait only on a
 -- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
 -- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
 -- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
@@ -893,13 +953,13 @@ BEGIN
     -- The live segments' queues and partitions (provisioned when missing), then their
     -- partition rows FOR UPDATE in ascending id order: the fire's only waits (none with
     -- p_wait false, where a partition someone else holds leaves its segments busy).
-    v_ids := queen.log_timers_fire_ids_v2(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live,
+    v_ids := queen.log_timers_fire_take_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live,
         p_wait);
-    v_last := queen.log_partitions_lock_v1(v_ids.partition_ids, p_wait);
+    v_last := v_ids.last_offsets;
 
     -- Dedup and append, as if one by one in array order (skips segments without v_last).
     v_app := queen.log_append_dedup_v1(v_ids.queue_ids, v_ids.partition_ids, v_last,
-        p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now);
+        p_seg_counts, p_seg_hashes, p_seg_blobs, v_ids.windows, true, p_now, false, v_ids.partition_tids);
 
     RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
         p_timer_keys, p_timer_seg, p_now, v_hold.held, v_held_n, v_ids.partition_ids,

@@ -970,3 +970,48 @@ def test_fire_by_address_does_not_fire_a_row_that_is_no_longer_ours(q):
     assert res["segments"] == [{"status": "stale", "held": 0}]
     res = q.fire([(T1, "q", "Default", [theirs])], now=NOW + ms(1003), by_tid=True)
     assert res["fired"] == 1 and q.one("SELECT count(*) FROM queen.log_timers") == 0
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_the_fire_looks_its_partitions_up_by_key_once_then_goes_by_address(q, connections, wait):
+    """Every fire rewrites its partitions' rows, and under a snapshot held elsewhere each
+    lookup of one by key walks every version written since (1.6 ms after 100,000 rewrites,
+    0.06 ms by address). The fire finds its partitions by name once, with their addresses;
+    the sweeper's first call (wait false) locks them at those addresses, and the append
+    writes each new last_offset at the address it was locked at: one statement of the fire
+    reads log_partitions by an index. A call that waits locks by id in one ordered
+    statement (two). Before schema 36: three (ids, lock, the append's update by id)."""
+    from sqlkit import nested_plans
+    sched(q, ["a", "b"], partition="p1")
+    sched(q, ["c"], partition="p2")
+    # The partitions exist before the fire (the common case): provisioned by a push.
+    for p in ("p1", "p2"):
+        q.all("SELECT queen.log_push_v1(%s, 'q', %s, 1, %s, %s, %s)",
+              (T1, p, psycopg2.Binary(stand_in_hash("push-" + p)), psycopg2.Binary(b"x"), NOW))
+    rows = by_key(q.claim4())
+    segs = [(T1, "q", "p1", [rows["a"], rows["b"]]), (T1, "q", "p2", [rows["c"]])]
+    args = ([T1, T1], ["q", "q"], ["p1", "p2"], [2, 1],
+            [psycopg2.Binary(b"".join(stand_in_hash(r["txn"]) for r in rs)) for _, _, _, rs in segs],
+            [psycopg2.Binary(b"blob") for _ in segs], ["a", "b", "c"], [1, 1, 2],
+            [str(rows[k]["claim_token"]) for k in ("a", "b", "c")], NOW, wait,
+            [r["row_tid"] for _, _, _, rs in segs for r in rs])
+    conn = connections()
+    out, plans = nested_plans(
+        conn, "SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::bytea[],"
+              " %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[])", args)
+    res = out[0][0]
+    assert [s["status"] for s in res["segments"]] == ["fired", "fired"] and res["fired"] == 3
+    # The statements with a plan node that read log_partitions (not "never executed"): by
+    # index (a walk of the versions) or at addresses.
+
+    def reading(plan, *nodes):
+        return any(n in line and "never executed" not in line for line in plan.splitlines() for n in nodes)
+    by_index = [p for p in plans if reading(p, "Index Scan using log_partitions", "Index Only Scan using log_partitions",
+                                            "Bitmap Index Scan on log_partitions")]
+    by_address = [p for p in plans if reading(p, "Tid Scan on log_partitions")]
+    assert len(by_index) == (1 if not wait else 2), [p[:300] for p in by_index]
+    # The lock at the addresses (wait false) and the append's update, each a TID scan.
+    assert len(by_address) == (2 if not wait else 1), by_address
+    assert any("Update on log_partitions" in p for p in by_address), by_address
+    assert sorted(q.one("SELECT array_agg(last_offset) FROM queen.log_partitions")) == [1, 2]
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
