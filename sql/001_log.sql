@@ -364,7 +364,7 @@ $fn$;
 -- queen.log_partitions_lock_at_v1(tids tid[], partition_ids bigint[])
 --   -> table (id bigint, last_offset bigint, tid tid)
 -- log_partitions_lock_v2 with wait false, but each row taken at the address its caller read
--- it at (tids, from the same lookup as partition_ids), not looked up by id: a lookup by id
+-- it at (tids[i], from the same lookup as partition_ids[i]), not looked up by id: a lookup by id
 -- walks every version of the row a snapshot held elsewhere keeps (every append writes
 -- one), an address goes to one. Returns the rows taken: one that is at one of tids, is
 -- the current version there (a row rewritten since the caller read its address is not:
@@ -381,12 +381,15 @@ SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_indexscan = off SET enable_bitmapscan = off SET enable_seqscan = off
 AS $fn$
 BEGIN
+    -- Each address with its id, once (a partition named by several segments), and the row
+    -- found there checked against that id: a join, not "id = ANY (ids)" as a filter on
+    -- every row, which is linear in the ids (1,500 partitions: 2 million comparisons).
     RETURN QUERY
         SELECT lp.id, lp.last_offset, lp.ctid
-          FROM queen.log_partitions lp
-         WHERE lp.ctid = ANY (p_tids) AND lp.id = ANY (p_partition_ids)
+          FROM (SELECT DISTINCT w.tid, w.id FROM unnest(p_tids, p_partition_ids) AS w(tid, id)) w
+          JOIN queen.log_partitions lp ON lp.ctid = w.tid AND lp.id = w.id
          ORDER BY lp.id
-           FOR UPDATE SKIP LOCKED;
+           FOR UPDATE OF lp SKIP LOCKED;
 END
 $fn$;
 
