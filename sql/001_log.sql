@@ -330,9 +330,9 @@ DROP FUNCTION IF EXISTS queen.log_partitions_lock_v1(bigint[], boolean);
 -- its address (ctid), which the append (log_append_dedup_v1) writes at. An id named twice
 -- is taken once; a null id, an id that does not exist or (wait false) a row someone else
 -- holds returns nothing. wait true (or null): FOR UPDATE, which waits; false: FOR UPDATE
--- SKIP LOCKED, which never waits. Every writer of the log takes its partitions here (or at
--- their addresses, log_partitions_lock_at_v1), then appends with log_append_dedup_v1 under
--- these locks.
+-- SKIP LOCKED, which never waits. Every writer of the log takes its partitions here (the
+-- fire's first call at their addresses, log_timers_fire_take_v1), then appends with
+-- log_append_dedup_v1 under these locks.
 -- Locks: the log_partitions rows, FOR UPDATE (or FOR UPDATE SKIP LOCKED), ascending id.
 CREATE OR REPLACE FUNCTION queen.log_partitions_lock_v2(p_partition_ids bigint[], p_wait boolean)
 RETURNS TABLE (id bigint, last_offset bigint, tid tid)
@@ -358,38 +358,6 @@ BEGIN
              ORDER BY lp.id
                FOR UPDATE SKIP LOCKED;
     END IF;
-END
-$fn$;
-
--- queen.log_partitions_lock_at_v1(tids tid[], partition_ids bigint[])
---   -> table (id bigint, last_offset bigint, tid tid)
--- log_partitions_lock_v2 with wait false, but each row taken at the address its caller read
--- it at (tids[i], from the same lookup as partition_ids[i]), not looked up by id: a lookup by id
--- walks every version of the row a snapshot held elsewhere keeps (every append writes
--- one), an address goes to one. Returns the rows taken: one that is at one of tids, is
--- the current version there (a row rewritten since the caller read its address is not:
--- its caller looks it up by id), is one of partition_ids (an address whose version was
--- pruned and reused by another row is not taken) and that nobody else holds. FOR UPDATE
--- SKIP LOCKED, ascending id, never waits. The only way in is the addresses (index, bitmap
--- and sequential scans off: a TID scan).
--- Locks: the log_partitions rows, FOR UPDATE SKIP LOCKED, ascending id.
-CREATE OR REPLACE FUNCTION queen.log_partitions_lock_at_v1(p_tids tid[], p_partition_ids bigint[])
-RETURNS TABLE (id bigint, last_offset bigint, tid tid)
-LANGUAGE plpgsql
-SET search_path = pg_catalog, queen, pg_temp
-SET jit = off SET max_parallel_workers_per_gather = 0
-SET enable_indexscan = off SET enable_bitmapscan = off SET enable_seqscan = off
-AS $fn$
-BEGIN
-    -- Each address with its id, once (a partition named by several segments), and the row
-    -- found there checked against that id: a join, not "id = ANY (ids)" as a filter on
-    -- every row, which is linear in the ids (1,500 partitions: 2 million comparisons).
-    RETURN QUERY
-        SELECT lp.id, lp.last_offset, lp.ctid
-          FROM (SELECT DISTINCT w.tid, w.id FROM unnest(p_tids, p_partition_ids) AS w(tid, id)) w
-          JOIN queen.log_partitions lp ON lp.ctid = w.tid AND lp.id = w.id
-         ORDER BY lp.id
-           FOR UPDATE OF lp SKIP LOCKED;
 END
 $fn$;
 

@@ -327,15 +327,16 @@ $fn$;
 -- Per live segment i (null for the others): its queue's id and dedup_window_ms, its
 -- partition's id, and, when this call holds the partition row FOR UPDATE, that row's
 -- last_offset and its address (ctid), which the append (log_append_dedup_v1) updates by
--- address instead of looking the row up a third time.
+-- address instead of looking the row up a third time (partition_tids[i] means nothing
+-- where last_offsets[i] is null: such a segment is not appended).
 -- Why one lookup: every fire rewrites its partitions' rows (last_offset), and under a
 -- snapshot held anywhere in the database no version of them can be pruned, so each lookup
 -- of a partition by key walks every version written since (1.1 ms a lookup after 100,000
 -- rewrites of one row, 0.004 ms at its address: tests/bench/versions; docs/operations.md,
 -- "Long transactions"). One statement finds the queues and the existing partitions by name,
 -- with each partition row's address. Then, with wait false (the sweeper's first call),
--- the rows are locked at those addresses (queen.log_partitions_lock_at_v1, FOR UPDATE
--- SKIP LOCKED, ascending id, no index walked); a row not taken there (someone else holds
+-- the rows are locked at those addresses (FOR UPDATE SKIP LOCKED, ascending id, a TID
+-- scan: no index walked); a row not taken there (someone else holds
 -- it, or it was rewritten since it was read) is tried once more by id, SKIP LOCKED: held,
 -- its id is known and its last_offset null (its segments busy). With wait true (or null)
 -- every row is locked by id, FOR UPDATE in ascending id order in one statement
@@ -367,6 +368,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_take_v1(
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
+SET enable_seqscan = off SET enable_indexscan = on SET enable_bitmapscan = on
 AS $fn$
 DECLARE
     v_nseg    int := coalesce(cardinality(p_seg_tenants), 0);
@@ -394,11 +396,25 @@ BEGIN
     IF p_wait IS DISTINCT FROM false THEN
         v_lock := partition_ids;
     ELSE
+        -- At the addresses: one TID scan of them all (in block order, each once), FOR
+        -- UPDATE SKIP LOCKED in ascending id order, and each row taken matched to its
+        -- segments by id and address both. A row rewritten since the lookup is not the
+        -- current version at its address: not taken, tried by id below; so is a partition
+        -- whose old address now holds another partition's row (a pruned version's slot
+        -- reused), that row then taken and unused. The only way in is the addresses (no
+        -- index or bitmap scan: the function's SET puts both back on at its end).
+        PERFORM pg_catalog.set_config('enable_indexscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true);
+        WITH l AS MATERIALIZED (
+            SELECT lp.id, lp.last_offset, lp.ctid AS tid
+              FROM queen.log_partitions lp
+             WHERE lp.ctid = ANY (partition_tids)
+             ORDER BY lp.id
+               FOR UPDATE SKIP LOCKED)
         SELECT array_agg(l.last_offset ORDER BY g.i), array_agg(l.tid ORDER BY g.i)
           INTO last_offsets, partition_tids
           FROM generate_series(1, v_nseg) AS g(i)
-          LEFT JOIN queen.log_partitions_lock_at_v1(partition_tids, partition_ids) AS l
-            ON l.id = partition_ids[g.i];
+          LEFT JOIN l ON l.id = partition_ids[g.i] AND l.tid = partition_tids[g.i];
+        PERFORM pg_catalog.set_config('enable_indexscan', 'on', true), pg_catalog.set_config('enable_bitmapscan', 'on', true);
         v_lock := ARRAY(SELECT partition_ids[g.i] FROM generate_series(1, v_nseg) AS g(i)
                          WHERE partition_ids[g.i] IS NOT NULL AND last_offsets[g.i] IS NULL);
     END IF;
@@ -446,9 +462,6 @@ BEGIN
           FROM generate_series(1, v_nseg) AS g(i)
           LEFT JOIN queen.log_partitions_lock_v2(v_new, false) AS l ON l.id = partition_ids[g.i];
     END IF;
-    -- An address is returned only with the lock it was read under.
-    partition_tids := ARRAY(SELECT CASE WHEN last_offsets[g.i] IS NULL THEN NULL ELSE partition_tids[g.i] END
-                              FROM generate_series(1, v_nseg) AS g(i) ORDER BY g.i);
 END
 $fn$;
 
