@@ -336,9 +336,9 @@ $fn$;
 -- "Long transactions"). One statement finds the queues and the existing partitions by name,
 -- with each partition row's address. Then, with wait false (the sweeper's first call),
 -- the rows are locked at those addresses (FOR UPDATE SKIP LOCKED, ascending id, a TID
--- scan: no index walked); a row not taken there (someone else holds
--- it, or it was rewritten since it was read) is tried once more by id, SKIP LOCKED: held,
--- its id is known and its last_offset null (its segments busy). With wait true (or null)
+-- scan: no index walked); a row not taken there (someone else holds it, or it was
+-- rewritten since it was read) is tried once more by id, SKIP LOCKED: held, its id is
+-- known and its last_offset null (its segments busy). With wait true (or null)
 -- every row is locked by id, FOR UPDATE in ascending id order in one statement
 -- (queen.log_partitions_lock_v2, which returns the address too), so that two fires that
 -- wait never wait on each other in two orders.
@@ -630,7 +630,8 @@ $fn$;
 -- one is held by someone else (then nothing is taken: the all-busy answer).
 -- Locks, in order: the partitions' log_partitions rows FOR UPDATE (SKIP LOCKED with p_wait
 -- false) in ascending id order, then queues and log_partitions only to provision (each wait
--- bounded: a name someone holds leaves its segments busy), all as log_timers_fire_take_v1; the named rows of queen.log_timers, by DELETE under a lock_timeout of
+-- bounded: a name someone holds leaves its segments busy), all as log_timers_fire_take_v1;
+-- the named rows of queen.log_timers, by DELETE under a lock_timeout of
 -- 1 ms (a DELETE cannot skip a locked row: a row someone else holds, a cancel or another
 -- broker's claim passing over it, ends the fast way within a millisecond, and the general
 -- way skips that row as it always has); then log_txn_index, log_segments and log_txns as
@@ -862,8 +863,9 @@ $fn$;
 -- rows of queen.log_timers (FOR UPDATE SKIP LOCKED, never waits); then the live
 -- segments' existing log_partitions rows FOR UPDATE in ascending id order (the only
 -- waits); then queues and log_partitions only to provision missing ones (inserts, in
--- (tenant, queue, partition) order, each wait bounded, the new rows SKIP LOCKED); then log_txn_index rows of the pushed hashes (a wait only on a
--- concurrent writer of the same transaction id), then new log_segments/log_txns rows.
+-- (tenant, queue, partition) order, each wait bounded, the new rows SKIP LOCKED); then
+-- log_txn_index rows of the pushed hashes (a wait only on a concurrent writer of the same
+-- transaction id), then new log_segments/log_txns rows.
 -- p_wait (default true) decides how the partitions are taken. true: FOR UPDATE, the
 -- fire's only waits. false: FOR UPDATE SKIP LOCKED, and a live segment whose partition is
 -- held by someone else (another broker's fire, a push) answers {"status": "busy"}: its
