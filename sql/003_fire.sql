@@ -378,7 +378,6 @@ DECLARE
     v_lt      int;
     v_lock    bigint[];     -- ids to lock by id (wait true: all; false: those not taken by address)
     v_new     bigint[];     -- the partitions provisioned here, to lock
-    v_isnew   boolean[];    -- per segment: its partition is one of them
 BEGIN
     prov_busy := 0;
     SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i),
@@ -452,12 +451,12 @@ BEGIN
         partition_ids[v_i] := v_prov.partition_id;
         windows[v_i] := v_prov.dedup_window_ms;
         v_new := v_new || v_prov.partition_id;
-        v_isnew[v_i] := true;
     END LOOP;
 
     IF v_new IS NOT NULL THEN
-        SELECT array_agg(CASE WHEN v_isnew[g.i] THEN l.last_offset ELSE last_offsets[g.i] END ORDER BY g.i),
-               array_agg(CASE WHEN v_isnew[g.i] THEN l.tid ELSE partition_tids[g.i] END ORDER BY g.i)
+        -- Only a provisioned segment's id is among them (a name is looked up once, above).
+        SELECT array_agg(coalesce(l.last_offset, last_offsets[g.i]) ORDER BY g.i),
+               array_agg(coalesce(l.tid, partition_tids[g.i]) ORDER BY g.i)
           INTO last_offsets, partition_tids
           FROM generate_series(1, v_nseg) AS g(i)
           LEFT JOIN queen.log_partitions_lock_v2(v_new, false) AS l ON l.id = partition_ids[g.i];

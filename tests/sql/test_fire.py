@@ -1015,3 +1015,31 @@ def test_the_fire_looks_its_partitions_up_by_key_once_then_goes_by_address(q, co
     assert any("Update on log_partitions" in p for p in by_address), by_address
     assert sorted(q.one("SELECT array_agg(last_offset) FROM queen.log_partitions")) == [1, 2]
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+
+
+def test_an_append_given_an_address_that_does_not_hold_the_partition_row_keeps_nothing(q):
+    """The append writes each offset at the address its caller locked the row at; an
+    address that does not hold the row (a caller's mistake) raises XX000 and nothing of the
+    call is kept: no segment, no offset, no dedup index row."""
+    for p in ("p1", "p2"):
+        q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', %s)", (T1, p))
+    rows = q.all("SELECT id, queue_id, ctid::text AS tid FROM queen.log_partitions ORDER BY name")
+    ids, qids = [r["id"] for r in rows], [r["queue_id"] for r in rows]
+    swapped = [rows[1]["tid"], rows[0]["tid"]]  # each partition given the other's address
+    with pytest.raises(psycopg2.Error) as e:
+        q.all("SELECT * FROM queen.log_append_dedup_v1(%s, %s, %s, %s, %s, %s, NULL, false, %s, false, %s::tid[])",
+              (qids, ids, [-1, -1], [1, 1],
+               [psycopg2.Binary(stand_in_hash("a-1")), psycopg2.Binary(stand_in_hash("a-2"))],
+               [psycopg2.Binary(b"x"), psycopg2.Binary(b"y")], NOW, swapped))
+    assert e.value.pgcode == "XX000" and "not at the address" in str(e.value)
+    assert q.one("SELECT count(*) FROM queen.log_segments") == 0
+    assert q.one("SELECT count(*) FROM queen.log_txn_index") == 0
+    assert q.one("SELECT array_agg(last_offset) FROM queen.log_partitions") == [-1, -1]
+    # The right addresses append both.
+    right = [r["tid"] for r in rows]
+    out = q.all("SELECT * FROM queen.log_append_dedup_v1(%s, %s, %s, %s, %s, %s, NULL, false, %s, false, %s::tid[])",
+                (qids, ids, [-1, -1], [1, 1],
+                 [psycopg2.Binary(stand_in_hash("a-1")), psycopg2.Binary(stand_in_hash("a-2"))],
+                 [psycopg2.Binary(b"x"), psycopg2.Binary(b"y")], NOW, right))
+    assert out[0]["base_offsets"] == [0, 0]
+    assert q.one("SELECT count(*) FROM queen.log_segments") == 2
