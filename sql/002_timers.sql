@@ -1203,6 +1203,14 @@ $fn$;
 -- a table ANALYZEd that way). Measured (tests/bench/load --phases held-row, schema version 27,
 -- before): the ring's descent planned as a bitmap scan of the whole (tenant_id, due_at)
 -- index, 1,062,213 entries, 373 ms.
+-- The same estimates make an index scan of log_timers_tenant_due_at_idx bounded on due_at
+-- alone (its second column: every entry of the index is read, every tenant's, every dead
+-- one) cost what the due index's range costs, and a generic plan may take either. So a
+-- statement that walks a range of due_at without naming its tenant orders by due_at, and
+-- the functions whose statements all walk so (the probe, a lost claim's hand-back) pin
+-- enable_sort off: the tenant index, which would need a sort, is never taken for them.
+-- Measured (tests/bench/load --phases held-row, schema version 36, before): the probe's
+-- count of the due rows planned so, 16.5 ms a call at minute 29, growing with the index.
 
 -- queen.log_timers_due_v2(shards int2[], now, cap int, floor timestamptz, horizon_ms int)
 --   -> jsonb {"now", "nowMs", "nextInMs", "beyond", "due", "dueCapped", "lateMs", "floor",
@@ -1235,6 +1243,7 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
+SET enable_sort = off  -- every walk in the due index's order ("Plans under a held snapshot")
 -- Planned once per session, as the claim (log_timers_claim_v4): every
 -- statement here walks the due index by range, and the probe runs once a cycle on every
 -- broker, idle or not.
@@ -1315,11 +1324,13 @@ BEGIN
             -- Nothing due in nobody's hands: the earliest lease end of the rows in flight
             -- (claimed at or before now, so all of them sit at a due_at <= now) is an
             -- instant something may come due (a broker that dies lets its lease lapse).
-            SELECT min(t.claimed_until) INTO v_lease
-              FROM queen.log_timers t
-             WHERE t.due_at >= v_first AND t.due_at <= least(coalesce(v_head, v_until), p_now)
-               AND t.claim_token IS NOT NULL AND t.claimed_until > p_now
-               AND (v_all OR t.shard = ANY (v_shards));
+            SELECT min(f.claimed_until) INTO v_lease
+              FROM (SELECT t.claimed_until
+                      FROM queen.log_timers t
+                     WHERE t.due_at >= v_first AND t.due_at <= least(coalesce(v_head, v_until), p_now)
+                       AND t.claim_token IS NOT NULL AND t.claimed_until > p_now
+                       AND (v_all OR t.shard = ANY (v_shards))
+                     ORDER BY t.due_at) f;  -- the due index's range ("Plans under a held snapshot")
         END IF;
     END IF;
 
@@ -1330,6 +1341,7 @@ BEGIN
                  WHERE t.due_at >= v_head AND t.due_at <= p_now
                    AND NOT (t.claim_token IS NOT NULL AND t.claimed_until > p_now)
                    AND (v_all OR t.shard = ANY (v_shards))
+                 ORDER BY t.due_at  -- the due index's range ("Plans under a held snapshot")
                  LIMIT v_cap::bigint + 1) d;
     END IF;
 
@@ -2204,6 +2216,7 @@ LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
 SET jit = off SET max_parallel_workers_per_gather = 0
 SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held snapshot" (section 2)
+SET enable_sort = off  -- the walk in the due index's order ("Plans under a held snapshot")
 AS $fn$
 DECLARE
     v_released int;
@@ -2227,6 +2240,7 @@ BEGIN
          WHERE t.due_at >= coalesce(p_floor, '-infinity'::timestamptz) AND t.due_at <= p_lease_to
            AND t.claimed_until BETWEEN p_lease_from AND p_lease_to
            AND t.claim_token = ANY (p_claims)
+         ORDER BY t.due_at  -- the due index's range ("Plans under a held snapshot")
            FOR UPDATE OF t SKIP LOCKED
     ), listed AS (  -- a held row the claim took by key, perhaps behind its floor; by key
         SELECT x.tid

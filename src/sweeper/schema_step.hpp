@@ -18,7 +18,7 @@ namespace qsw {
 
 // The schema version this library's sql/ records (sql/008_version.sql). Bumped with any
 // change in sql/ that a broker or a sweeper sees, together with that file.
-constexpr int64_t kSchemaVersion = 36;
+constexpr int64_t kSchemaVersion = 37;
 
 class SchemaStep {
 public:
