@@ -486,6 +486,16 @@ BEGIN
         DROP FUNCTION queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[],
                                                 bytea[], bigint[], boolean, timestamptz);
     END IF;
+    -- Schema 37 added the result new_tids: a form without it is dropped (a function's
+    -- result type cannot be replaced).
+    IF to_regprocedure('queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[], '
+                       'bytea[], bigint[], boolean, timestamp with time zone, boolean, tid[])') IS NOT NULL
+       AND pg_get_function_result(to_regprocedure('queen.log_append_dedup_v1(bigint[], bigint[], bigint[], '
+               'integer[], bytea[], bytea[], bigint[], boolean, timestamp with time zone, boolean, tid[])'))
+           NOT LIKE '%new_tids%' THEN
+        DROP FUNCTION queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[],
+                                                bytea[], bigint[], boolean, timestamptz, boolean, tid[]);
+    END IF;
     -- Schema 36 added an eleventh (partition_tids, with a default): the ten-argument form goes.
     IF to_regprocedure('queen.log_append_dedup_v1(bigint[], bigint[], bigint[], integer[], bytea[], '
                        'bytea[], bigint[], boolean, timestamp with time zone, boolean)') IS NOT NULL THEN
@@ -498,7 +508,7 @@ $drop$;
 -- queen.log_append_dedup_v1(queue_ids bigint[], partition_ids bigint[], last_offsets bigint[],
 --     counts int[], hashes bytea[], blobs bytea[], windows bigint[], dedup boolean,
 --     now timestamptz, optimistic boolean default false, partition_tids tid[] default null)
---   -> (base_offsets bigint[], dup_seg int[], dup_frame int[])
+--   -> (base_offsets bigint[], dup_seg int[], dup_frame int[], new_tids tid[])
 -- THE append to the log: every writer calls it (log_push_v1 with one segment, the fire
 -- with all its segments). Segment i goes to partition partition_ids[i] of queue
 -- queue_ids[i]; last_offsets[i] is that partition's last_offset as read under the CALLER'S
@@ -541,6 +551,11 @@ $drop$;
 -- the one locked (schema 36). Null: looked up by id here, one probe per segment. An address
 -- that does not hold the locked row (a caller's mistake: the row is locked, so nobody else
 -- moved it) raises XX000, and nothing of the call is kept.
+-- new_tids (schema 37): per segment appended, the address its partition's row has after
+-- this call's write (the version this call wrote), null for the others and for every
+-- segment of a call done one at a time: the fire answers them, and its caller hands them
+-- back on its next fire of the partition, which then takes the row at that address
+-- (log_timers_fire_take_v1) instead of looking it up by key.
 -- Locks, in order: log_txn_index rows of the appended hashes, ascending (queue, hash) (a
 -- wait only on a concurrent writer of the same transaction id); then the partition rows
 -- the caller holds; then new rows of log_segments and log_txns.
@@ -556,7 +571,7 @@ CREATE OR REPLACE FUNCTION queen.log_append_dedup_v1(
     p_queue_ids bigint[], p_partition_ids bigint[], p_last_offsets bigint[], p_counts int[],
     p_hashes bytea[], p_blobs bytea[], p_windows bigint[], p_dedup boolean, p_now timestamptz,
     p_optimistic boolean DEFAULT false, p_partition_tids tid[] DEFAULT NULL,
-    OUT base_offsets bigint[], OUT dup_seg int[], OUT dup_frame int[])
+    OUT base_offsets bigint[], OUT dup_seg int[], OUT dup_frame int[], OUT new_tids tid[])
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
 SET max_parallel_workers_per_gather = 0
@@ -597,9 +612,9 @@ BEGIN
                                        ON lp.id = p_partition_ids[g.i] AND v_app[g.i] ORDER BY g.i));
 
     -- Offsets, the dedup index rows, and, only if every index row was taken, the partition
-    -- allocators, the segments and their hashes: one statement. The index upsert runs
-    -- first (the other writes wait on its outcome through "ok"). No index or bitmap scan
-    -- in it (the function's SET puts both back on at its end): log_partitions at addresses.
+    -- allocators (their new addresses returned), the segments and their hashes: one
+    -- statement; the upsert first (the other writes wait on "ok"). No index or bitmap
+    -- scan in it (put back on at the function's end): log_partitions at addresses.
     PERFORM pg_catalog.set_config('enable_indexscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true);
     WITH a AS MATERIALIZED (
         SELECT g.i, p_partition_ids[g.i] AS pid, p_last_offsets[g.i] - p_counts[g.i] + 1
@@ -627,9 +642,8 @@ BEGIN
         -- Optimistic: no hash repeated across segments either (f holds one row per hash).
         SELECT (SELECT count(*) FROM ins) = (SELECT count(*) FROM f)
                AND (NOT v_opt OR (SELECT count(*) FROM f) = (SELECT sum(p_counts[a.i]) FROM a)) AS ok),
-    -- Each partition's new last offset, written at its row's address (a TID scan each; a
-    -- probe by id walks what a held snapshot keeps). Not a lookup by array_position in an
-    -- array of the ids, which is linear: 1,800 partitions cost 16 ms that way.
+    -- Each partition's new last offset, at its row's address (a TID scan; not by
+    -- array_position in an array of the ids, linear: 1,800 partitions cost 16 ms so).
     m AS MATERIALIZED (
         SELECT a.pid, max(a.base + p_counts[a.i] - 1) AS last, (array_agg(v_tids[a.i]))[1] AS tid
           FROM a GROUP BY a.pid),
@@ -638,7 +652,7 @@ BEGIN
            SET last_offset = m.last
           FROM m
          WHERE lp.ctid = m.tid AND lp.id = m.pid AND (SELECT ok.ok FROM ok)
-        RETURNING 1),
+        RETURNING lp.id AS pid, lp.ctid AS tid),
     seg AS (
         INSERT INTO queen.log_segments (partition_id, base_offset, end_offset, count, created_at, blob)
         SELECT a.pid, a.base, a.base + p_counts[a.i] - 1, p_counts[a.i], p_now, p_blobs[a.i]
@@ -654,12 +668,13 @@ BEGIN
     SELECT (SELECT ok.ok FROM ok),
            ARRAY(SELECT a.base FROM generate_series(1, v_n) AS g(i) LEFT JOIN a ON a.i = g.i ORDER BY g.i),
            (SELECT array_agg(ins.queue_id) FROM ins), (SELECT array_agg(ins.hash) FROM ins),
-           (SELECT ok.ok FROM ok) AND (SELECT count(*) FROM lp) <> (SELECT count(*) FROM m)
-      INTO v_ok, base_offsets, v_won_q, v_won_h, v_moved;
+           (SELECT ok.ok FROM ok) AND (SELECT count(*) FROM lp) <> (SELECT count(*) FROM m),
+           ARRAY(SELECT lp.tid FROM generate_series(1, v_n) AS g(i) LEFT JOIN a ON a.i = g.i
+                   LEFT JOIN lp ON lp.pid = a.pid ORDER BY g.i)
+      INTO v_ok, base_offsets, v_won_q, v_won_h, v_moved, new_tids;
     PERFORM pg_catalog.set_config('enable_indexscan', 'on', true), pg_catalog.set_config('enable_bitmapscan', 'on', true);
     IF v_moved THEN
-        RAISE EXCEPTION 'log_append_dedup_v1: a partition row is not at the address given for it'
-            USING ERRCODE = 'XX000';
+        RAISE EXCEPTION 'log_append_dedup_v1: a partition row is not at the address given for it' USING ERRCODE = 'XX000';
     END IF;
     IF v_ok THEN
         RETURN;
@@ -669,7 +684,7 @@ BEGIN
     END IF;
 
     -- Lost a race with a concurrent writer of the same transaction: give back the index
-    -- rows taken (nothing was allocated), then one segment at a time.
+    new_tids := NULL;  -- rows taken (nothing was allocated), then one segment at a time
     FOR v_tq IN SELECT w.q, array_agg(w.h) AS hs FROM unnest(v_won_q, v_won_h) AS w(q, h) GROUP BY w.q LOOP
         DELETE FROM queen.log_txn_index AS ix WHERE ix.queue_id = v_tq.q AND ix.hash = ANY (v_tq.hs);
     END LOOP;

@@ -47,6 +47,14 @@ DROP FUNCTION IF EXISTS queen.log_timers_fire_v2(uuid[], text[], text[], int[], 
 -- Schema 36: the fire finds and locks its partitions in one lookup (log_timers_fire_take_v1);
 -- its helper that only found them is gone.
 DROP FUNCTION IF EXISTS queen.log_timers_fire_ids_v2(uuid[], text[], text[], boolean[], boolean);
+-- Schema 37: the fire takes its partitions at the addresses its caller hands back (hints,
+-- the answer's partitionTids): the take, the fast way and the fire gain an argument, and
+-- their forms without it are dropped.
+DROP FUNCTION IF EXISTS queen.log_timers_fire_take_v1(uuid[], text[], text[], boolean[], boolean);
+DROP FUNCTION IF EXISTS queen.log_timers_fire_fast_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[],
+    int[], uuid[], timestamptz, boolean, tid[], boolean);
+DROP FUNCTION IF EXISTS queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],
+    uuid[], timestamptz, boolean, tid[], boolean);
 
 -- queen.log_timers_fire_check_v1(<the fire's first ten arguments>, full boolean default true)
 --   -> void
@@ -319,7 +327,7 @@ AS $fn$
 $fn$;
 
 -- queen.log_timers_fire_take_v1(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
---     live boolean[], wait boolean)
+--     live boolean[], wait boolean, hints tid[])
 --   -> (queue_ids bigint[], partition_ids bigint[], windows bigint[], prov_busy int,
 --       last_offsets bigint[], partition_tids tid[])
 -- The fire's partitions, found and taken (schema 36: before, ids and locks were two
@@ -334,7 +342,11 @@ $fn$;
 -- of a partition by key walks every version written since (1.1 ms a lookup after 100,000
 -- rewrites of one row, 0.004 ms at its address: tests/bench/versions; docs/operations.md,
 -- "Long transactions"). One statement finds the queues and the existing partitions by name,
--- with each partition row's address. Then, with wait false (the sweeper's first call),
+-- with each partition row's address; a partition whose hints[i] (schema 37: the address
+-- its row had after the caller's last fire of it, log_append_dedup_v1's new_tids; null
+-- or none: unknown) holds its current row, found by a TID scan and checked by queue and
+-- name, is not looked up by key at all: a caller that fires a partition again before
+-- anyone else writes it walks no version of its row. Then, with wait false (the sweeper's first call),
 -- the rows are locked at those addresses (FOR UPDATE SKIP LOCKED, ascending id, a TID
 -- scan: no index walked); a row not taken there (someone else holds it, or it was
 -- rewritten since it was read) is tried once more by id, SKIP LOCKED: held, its id is
@@ -362,7 +374,7 @@ $fn$;
 -- ascending id.
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_take_v1(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_live boolean[],
-    p_wait boolean,
+    p_wait boolean, p_hints tid[],
     OUT queue_ids bigint[], OUT partition_ids bigint[], OUT windows bigint[], OUT prov_busy int,
     OUT last_offsets bigint[], OUT partition_tids tid[])
 LANGUAGE plpgsql
@@ -378,19 +390,49 @@ DECLARE
     v_lt      int;
     v_lock    bigint[];     -- ids to lock by id (wait true: all; false: those not taken by address)
     v_new     bigint[];     -- the partitions provisioned here, to lock
+    v_hpid    bigint[];     -- per segment, the partition row at its hint: id, queue id, address
+    v_hqid    bigint[];
+    v_htid    tid[];
 BEGIN
     prov_busy := 0;
-    SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.pid ORDER BY g.i), array_agg(x.win ORDER BY g.i),
-           array_agg(x.tid ORDER BY g.i)
-      INTO queue_ids, partition_ids, windows, partition_tids
+    IF p_hints IS NOT NULL THEN
+        -- The rows at the hinted addresses, one TID scan (no index or bitmap scan: the
+        -- function's SET puts both back on at its end), each kept for its segment only if
+        -- it is that partition's row (name here, queue below).
+        PERFORM pg_catalog.set_config('enable_indexscan', 'off', true), pg_catalog.set_config('enable_bitmapscan', 'off', true);
+        SELECT array_agg(h.id ORDER BY g.i), array_agg(h.queue_id ORDER BY g.i), array_agg(h.tid ORDER BY g.i)
+          INTO v_hpid, v_hqid, v_htid
+          FROM generate_series(1, v_nseg) AS g(i)
+          LEFT JOIN (SELECT lp.id, lp.queue_id, lp.name, lp.ctid AS tid FROM queen.log_partitions lp
+                      WHERE lp.ctid = ANY (p_hints)) h
+            ON p_live[g.i] AND h.tid = p_hints[g.i] AND h.name = p_seg_partitions[g.i];
+        PERFORM pg_catalog.set_config('enable_indexscan', 'on', true), pg_catalog.set_config('enable_bitmapscan', 'on', true);
+    END IF;
+    -- The queues by name, each hinted partition kept where its row is this queue's.
+    SELECT array_agg(x.qid ORDER BY g.i), array_agg(x.win ORDER BY g.i),
+           array_agg(CASE WHEN v_hqid[g.i] = x.qid THEN v_hpid[g.i] END ORDER BY g.i),
+           array_agg(CASE WHEN v_hqid[g.i] = x.qid THEN v_htid[g.i] END ORDER BY g.i)
+      INTO queue_ids, windows, partition_ids, partition_tids
       FROM generate_series(1, v_nseg) AS g(i)
       LEFT JOIN LATERAL (
-            SELECT q.id AS qid, p.id AS pid, q.dedup_window_ms AS win, p.ctid AS tid
+            SELECT q.id AS qid, q.dedup_window_ms AS win
               FROM queen.queues q
-              LEFT JOIN queen.log_partitions p
-                ON p.queue_id = q.id AND p.name = p_seg_partitions[g.i]
              WHERE p_live[g.i]
                AND q.tenant_id = p_seg_tenants[g.i] AND q.name = p_seg_queues[g.i]) x ON true;
+    -- The other partitions by key (each lookup behind its gate, OFFSET 0: only those).
+    IF EXISTS (SELECT 1 FROM generate_series(1, v_nseg) AS g(i)
+                WHERE queue_ids[g.i] IS NOT NULL AND partition_ids[g.i] IS NULL) THEN
+        SELECT array_agg(coalesce(partition_ids[g.i], y.pid) ORDER BY g.i),
+               array_agg(coalesce(partition_tids[g.i], y.tid) ORDER BY g.i)
+          INTO partition_ids, partition_tids
+          FROM generate_series(1, v_nseg) AS g(i)
+          LEFT JOIN LATERAL (
+                SELECT p.id AS pid, p.ctid AS tid
+                  FROM queen.log_partitions p
+                 WHERE queue_ids[g.i] IS NOT NULL AND partition_ids[g.i] IS NULL
+                   AND p.queue_id = queue_ids[g.i] AND p.name = p_seg_partitions[g.i]
+                OFFSET 0) y ON true;
+    END IF;
 
     IF p_wait IS DISTINCT FROM false THEN
         v_lock := partition_ids;
@@ -638,7 +680,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION queen.log_timers_fire_fast_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
-    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean, p_timer_tids tid[], p_compact boolean DEFAULT false)
+    p_timer_tokens uuid[], p_now timestamptz, p_wait boolean, p_timer_tids tid[], p_compact boolean DEFAULT false,
+    p_seg_partition_tids tid[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, queen, pg_temp
@@ -663,17 +706,13 @@ DECLARE
                          AND array_position(p_timer_tids, NULL) IS NULL;
 BEGIN
     BEGIN
-        v_ids := queen.log_timers_fire_take_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all, p_wait);
+        v_ids := queen.log_timers_fire_take_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_all, p_wait,
+                                               p_seg_partition_tids);
         v_last := v_ids.last_offsets;
-        -- Every partition held by someone else (p_wait false): the general way could only
-        -- answer busy for every segment, after a full check and a lock (and a WAL record)
-        -- on every row, all for nothing. Answered here instead, nothing taken: the rows
-        -- stay claimed, and the caller's next call (which waits a little for the
-        -- partition) checks, holds and fires them, or finds them stale. Before the check
-        -- of the timers, the call's dearest step after the append:
-        -- with four brokers on one partition, nearly half the fire calls were such
-        -- answers, each checking every timer of its batch for nothing (tests/bench/
-        -- README.md, eleventh pass).
+        -- Every partition held by someone else (p_wait false): answered all busy here,
+        -- nothing taken (the rows stay claimed for the caller's next call, which waits a
+        -- little), before the check of the timers: with four brokers on one partition,
+        -- nearly half the fire calls were such answers (tests/bench/README.md, eleventh pass).
         IF NOT EXISTS (SELECT 1 FROM unnest(v_last) AS l(o) WHERE l.o IS NOT NULL) THEN
             RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts,
                 v_ids.partition_ids, v_last, NULL, '{}', p_compact)
@@ -778,7 +817,9 @@ BEGIN
         END IF;
         RETURN queen.log_timers_fire_answer_v1(p_seg_counts, p_seg_counts, v_ids.partition_ids,
             v_last, v_app.base_offsets, '{}', p_compact)
-            || jsonb_build_object('provisionBusy', v_ids.prov_busy);
+            || jsonb_build_object('provisionBusy', v_ids.prov_busy)
+            || CASE WHEN p_seg_partition_tids IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('partitionTids', to_jsonb(v_app.new_tids::text[])) END;
     EXCEPTION WHEN SQLSTATE 'QSF01' OR lock_not_available THEN
         -- Undone (the lock_timeout set above with it).
         RETURN NULL;
@@ -789,13 +830,23 @@ $fn$;
 -- queen.log_timers_fire_v2(seg_tenants uuid[], seg_queues text[], seg_partitions text[],
 --     seg_counts int[], seg_hashes bytea[], seg_blobs bytea[], timer_keys text[],
 --     timer_seg int[], timer_tokens uuid[], now timestamptz, wait boolean default true,
---     timer_tids tid[] default null, compact boolean default false) -> jsonb
+--     timer_tids tid[] default null, compact boolean default false,
+--     seg_partition_tids tid[] default null) -> jsonb
 -- timer_tids: each
 -- timer's address as its claim returned it (log_timers_claim_v4's row_tid), aligned with
 -- timer_keys, or null. Only a hint: with an address for every timer the fast way finds the
 -- rows by a TID scan instead of a descent of the primary key per timer, and judges every
 -- row it finds there as it would one found by key; a row moved from its address (or any
 -- null, or a count that differs) makes the fire go by key, exactly as without addresses.
+-- seg_partition_tids (schema 37): per segment, where its partition's row was after the
+-- caller's last fire of it (null: not known), or null. Also a hint: a partition whose row
+-- is still there (nobody has written it since) is taken at that address and not looked up
+-- by key, which under a held snapshot walks every version of the row since (docs/
+-- operations.md, "Long transactions"); any other is looked up by key. Given (even all
+-- null), the answer carries "partitionTids": per segment, the address of its partition's
+-- row after this call's write, as text ("(block,offset)"), null for a segment not
+-- appended (and the whole array null when the append went one segment at a time); absent
+-- from an answer where nothing was taken (every partition held by someone else).
 --   {"segments": [ {"status": "fired", "partitionId", "baseOffset", "endOffset", "count"}
 --                | {"status": "stale", "held": n}
 --                | {"status": "duplicate", "duplicates": n, "released": n}
@@ -889,7 +940,7 @@ CREATE OR REPLACE FUNCTION queen.log_timers_fire_v2(
     p_seg_tenants uuid[], p_seg_queues text[], p_seg_partitions text[], p_seg_counts int[],
     p_seg_hashes bytea[], p_seg_blobs bytea[], p_timer_keys text[], p_timer_seg int[],
     p_timer_tokens uuid[], p_now timestamptz, p_wait boolean DEFAULT true,
-    p_timer_tids tid[] DEFAULT NULL, p_compact boolean DEFAULT false)
+    p_timer_tids tid[] DEFAULT NULL, p_compact boolean DEFAULT false, p_seg_partition_tids tid[] DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -940,7 +991,7 @@ BEGIN
     -- Nothing in the way (the common case): one subtransaction, one write per timer row.
     v_fast := queen.log_timers_fire_fast_v2(p_seg_tenants, p_seg_queues, p_seg_partitions,
         p_seg_counts, p_seg_hashes, p_seg_blobs, p_timer_keys, p_timer_seg, p_timer_tokens,
-        p_now, p_wait, p_timer_tids, p_compact);
+        p_now, p_wait, p_timer_tids, p_compact, p_seg_partition_tids);
     IF v_fast IS NOT NULL THEN
         RETURN v_fast;
     END IF;
@@ -968,7 +1019,7 @@ BEGIN
     -- partition rows FOR UPDATE in ascending id order: the fire's only waits (none with
     -- p_wait false, where a partition someone else holds leaves its segments busy).
     v_ids := queen.log_timers_fire_take_v1(p_seg_tenants, p_seg_queues, p_seg_partitions, v_hold.live,
-        p_wait);
+        p_wait, p_seg_partition_tids);
     v_last := v_ids.last_offsets;
 
     -- Dedup and append, as if one by one in array order (skips segments without v_last).
@@ -978,6 +1029,8 @@ BEGIN
     RETURN queen.log_timers_fire_settle_v1(p_seg_tenants, p_seg_queues, p_seg_counts,
         p_timer_keys, p_timer_seg, p_now, v_hold.held, v_held_n, v_ids.partition_ids,
         v_last, v_app.base_offsets, v_app.dup_seg, v_app.dup_frame, p_compact)
-        || jsonb_build_object('provisionBusy', v_ids.prov_busy);
+        || jsonb_build_object('provisionBusy', v_ids.prov_busy)
+        || CASE WHEN p_seg_partition_tids IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('partitionTids', to_jsonb(v_app.new_tids::text[])) END;
 END
 $fn$;

@@ -138,7 +138,7 @@ DECLARE
         ['queen_sweeper', 'queen.log_timers_below_floor_v1(timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_tenants_tidy_v1(int)'],
         ['queen_sweeper', 'queen.log_timers_fire_v1(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean)'],
-        ['queen_sweeper', 'queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean, tid[], boolean)'],
+        ['queen_sweeper', 'queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean, tid[], boolean, tid[])'],
         ['queen_sweeper', 'queen.log_timers_fail_v1(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_fail_v2(uuid[], text[], text[], uuid[], text, text, timestamptz, int, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_dlq_v1(uuid[], text[], text[], timestamptz)'],

@@ -326,7 +326,8 @@ Query fire_query(FireArgs &&a) {
                 binary_param(pg_bytea_array_binary(a.hashes), kByteaArrayOid),
                 binary_param(pg_bytea_array_binary(a.blobs), kByteaArrayOid), text_param(std::move(a.keys)),
                 text_param(pg_int_array(a.key_segments)), text_param(std::move(a.tokens)),
-                text_param(a.wait ? "true" : "false"), a.tids ? text_param(std::move(*a.tids)) : null_param()};
+                text_param(a.wait ? "true" : "false"), a.tids ? text_param(std::move(*a.tids)) : null_param(),
+                a.seg_partition_tids ? text_param(std::move(*a.seg_partition_tids)) : null_param()};
     return q;
 }
 

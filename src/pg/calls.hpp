@@ -57,6 +57,9 @@ struct FireArgs {
     std::vector<int64_t> key_segments;                    // each key's segment, 1-based
     bool wait = false;                                    // wait on partitions
     std::optional<std::string> tids;  // tid[] literal of each key's address (none: any unknown)
+    // tid[] literal, per segment: where its partition's row was after our last fire of it
+    // (NULL elements: unknown; none: the answer then carries no addresses). Schema 37.
+    std::optional<std::string> seg_partition_tids;
 };
 Query fire_query(FireArgs &&a);
 

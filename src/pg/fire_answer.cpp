@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/json_get.hpp"
+#include "pg/sql_args.hpp"
 
 namespace qsw {
 
@@ -30,6 +31,8 @@ FireSegStatus fire_status(const std::string &s) {
 // four is unreadable: the server writes this form for the sweeper alone, so anything off
 // in it is not read by default values (as the full form's keys are) but resolved from the
 // log like a fire whose answer was lost.
+void read_partition_tids(const nlohmann::json &j, FireAnswer &a);
+
 FireAnswer read_compact_fire_answer(const nlohmann::json &j, const std::string &statuses) {
     struct Kind {
         const char *name;
@@ -75,8 +78,26 @@ FireAnswer read_compact_fire_answer(const nlohmann::json &j, const std::string &
     for (const Kind *k : {&bases, &held, &dups, &rels})
         if (k->next != k->items->size()) return unreadable_fire(std::string(k->name) + " longer than its statuses");
     a.provision_busy = std::max<int64_t>(json_get<int64_t>(j, "provisionBusy", 0), 0);
+    read_partition_tids(j, a);
     a.readable = true;
     return a;
+}
+
+// "partitionTids", when it is an array with an element per segment, each null or a tid.
+void read_partition_tids(const nlohmann::json &j, FireAnswer &a) {
+    const auto it = j.find("partitionTids");
+    if (it == j.end() || !it->is_array() || it->size() != a.segments.size()) return;
+    std::vector<std::string> tids;
+    tids.reserve(it->size());
+    for (const nlohmann::json &v : *it) {
+        if (v.is_null()) {
+            tids.emplace_back();
+            continue;
+        }
+        if (!v.is_string() || !is_tid_text(v.get_ref<const std::string &>())) return;
+        tids.push_back(v.get<std::string>());
+    }
+    a.partition_tids = std::move(tids);
 }
 
 }  // namespace
@@ -106,6 +127,7 @@ FireAnswer read_fire_answer(const nlohmann::json &j) {
         a.segments.push_back(s);
     }
     a.provision_busy = std::max<int64_t>(json_get<int64_t>(j, "provisionBusy", 0), 0);
+    read_partition_tids(j, a);
     a.readable = true;
     return a;
 }

@@ -39,6 +39,12 @@ struct FireAnswer {
     std::string unreadable;
     std::vector<FireSegmentAnswer> segments;  // as answered, in segment order
     int64_t provision_busy = 0;  // "provisionBusy": busy segments whose queue name someone held (>= 0)
+    // "partitionTids" (schema 37): per segment of the call, the address of its partition's
+    // row after the fire ("(block,offset)"; empty: none, the segment was not appended).
+    // Empty vector: not given, or not usable (not an array as long as the segments, or an
+    // element neither null nor a tid): a hint only, so never a reason to call the answer
+    // unreadable, and never passed on unless it is a tid.
+    std::vector<std::string> partition_tids;
     // Segment i of the call (an answer shorter than the call: busy).
     FireSegmentAnswer segment(size_t i) const { return i < segments.size() ? segments[i] : FireSegmentAnswer{}; }
 };

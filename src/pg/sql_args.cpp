@@ -18,6 +18,12 @@ void TextArrayLiteral::add(std::string_view item) {
     s_ += '"';
 }
 
+void TextArrayLiteral::add_null() {
+    if (any_) s_ += ',';
+    any_ = true;
+    s_ += "NULL";
+}
+
 std::string TextArrayLiteral::finish() && {
     s_ += '}';
     return std::move(s_);

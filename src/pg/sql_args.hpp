@@ -20,6 +20,7 @@ class TextArrayLiteral {
 public:
     TextArrayLiteral() : s_("{") {}
     void add(std::string_view item);
+    void add_null();  // an element that is NULL
     std::string finish() &&;  // the literal; the builder is spent
 
 private:

@@ -40,11 +40,13 @@ enum class ClaimCol {
 // frame counts, $5 bytea[] (binary) txn hashes, $6 bytea[] (binary) blobs, $7 text[] timer
 // keys in frame order, $8 int[] each key's segment (1-based), $9 uuid[] each key's token,
 // $10 boolean wait on partitions, $11 tid[] each key's address as its claim gave it (null
-// when any is unknown: every row is then found by key). One row: the jsonb answer as text,
-// in its compact form (a letter per segment, a number per fired one; schema 34).
+// when any is unknown: every row is then found by key), $12 tid[] each segment's partition
+// row's address after our last fire of it (null elements: unknown; schema 37). One row: the
+// jsonb answer as text, in its compact form (a letter per segment, a number per fired one;
+// schema 34), with "partitionTids", each segment's partition row's address now.
 inline constexpr const char *kFire =
     "SELECT queen.log_timers_fire_v2($1::uuid[], $2::text[], $3::text[], $4::int[], $5, $6, "
-    "$7::text[], $8::int[], $9::uuid[], now(), $10::boolean, $11::tid[], true)::text";
+    "$7::text[], $8::int[], $9::uuid[], now(), $10::boolean, $11::tid[], true, $12::tid[])::text";
 
 // A failure, and the move of what it exhausts to the DLQ, in one call. $1 uuid[] tenants,
 // $2 text[] queues, $3 text[] keys, $4 uuid[] tokens, $5 text error, $6 text class,

@@ -514,7 +514,7 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
         co_return FireEnd{};
     }
     // The arrays are written straight from the rows (one literal each, no copy per row).
-    TextArrayLiteral seg_tenants, seg_queues, seg_parts, keys, tokens, tids;
+    TextArrayLiteral seg_tenants, seg_queues, seg_parts, keys, tokens, tids, part_tids;
     FireArgs args;
     bool every_tid = true;
     for (size_t s = 0; s < batch.segments.size(); ++s) {
@@ -522,6 +522,9 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
         seg_tenants.add(seg.tenant);
         seg_queues.add(seg.queue);
         seg_parts.add(seg.partition);
+        const std::string_view at = addresses_.find(seg.tenant, seg.queue, seg.partition);
+        if (at.empty()) part_tids.add_null();
+        else part_tids.add(at);
         args.counts.push_back(seg.count);
         args.hashes.emplace_back(seg.hashes);
         args.blobs.emplace_back(seg.blob);
@@ -541,6 +544,7 @@ Task<Drain::FireEnd> Drain::fire_batch(const ClaimRows &owner, FireBatch &batch,
     args.tokens = std::move(tokens).finish();
     args.wait = plan.wait;
     if (every_tid) args.tids = std::move(tids).finish();
+    args.seg_partition_tids = std::move(part_tids).finish();
     move_rows(rows, batch, RowEvent::sent);
     Query q = fire_query(std::move(args));
     q.lock_timeout_ms = plan.wait ? plan.lock_wait_ms : 0;
@@ -607,6 +611,14 @@ Task<Drain::FireEnd> Drain::on_fire_answer(const ClaimRows &owner, FireBatch &ba
         recovery_.park_fire(owner, batch, true);
         co_return FireEnd{false, std::move(bad)};
     }
+    // Where each appended segment's partition row is now, for our next fire of it; a
+    // partition this fire did not write keeps what we knew (another writer may have moved
+    // it: the server finds that out).
+    if (!answer.partition_tids.empty())
+        for (size_t s = 0; s < batch.segments.size(); ++s)
+            if (s < answer.partition_tids.size() && !answer.partition_tids[s].empty())
+                addresses_.learn(batch.segments[s].tenant, batch.segments[s].queue, batch.segments[s].partition,
+                                 answer.partition_tids[s]);
     FireTally t = tally_fire(answer, batch, rows, static_cast<int64_t>(ctx_.now()));
     for (size_t idx : t.done_rows) book_.move(rows[idx], RowEvent::settled);
     publish_fire(rows, batch, t);

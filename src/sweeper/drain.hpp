@@ -35,6 +35,7 @@
 #include "sweeper/drain_policy.hpp"
 #include "sweeper/fire_tally.hpp"
 #include "sweeper/floor.hpp"
+#include "sweeper/partition_addresses.hpp"
 #include "sweeper/recovery.hpp"
 
 namespace qsw {
@@ -181,6 +182,9 @@ private:
         bool woken = false;      // a wake rang since
     };
     AroundKept around_;
+    // Each partition's row address after our last fire of it, handed to the next fire of it
+    // (partition_addresses.hpp).
+    PartitionAddresses addresses_;
     std::optional<Claim> carried_;  // for the next pass (carrying)
     PartitionKeys kept_partitions() const;  // sorted, distinct
     bool holding_back() const;

@@ -3,7 +3,8 @@
 // function replaced by hand, a proxy that garbles, a server of another version. Every input
 // is read or called unreadable with a reason, never thrown; what is read is within its
 // bounds; and a compact answer that reads (the form the sweeper asks for) writes back to one
-// that reads to the very same segments.
+// that reads to the very same segments; the partitions' addresses it reads (schema 37) are
+// one per segment or none, each a tid or empty.
 //
 // An input whose first byte is 0xC5 is not text but the recipe of a compact answer (letters,
 // arrays a little too short or long, elements out of range or of another type, a key left
@@ -21,6 +22,7 @@
 
 #include "fuzz_util.hpp"
 #include "pg/fire_answer.hpp"
+#include "pg/sql_args.hpp"
 
 namespace {
 
@@ -181,6 +183,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         QSW_FUZZ_CHECK(a.unreadable.empty(), a.unreadable);
         // Past the answer's end every segment is busy: kept, never counted fired.
         QSW_FUZZ_CHECK(a.segment(a.segments.size()).status == qsw::FireSegStatus::busy, "past the end");
+        // The partitions' addresses go back to the server as tid[] elements: none or one per
+        // segment, each empty (unknown) or a tid, nothing else ever passed on.
+        QSW_FUZZ_CHECK(a.partition_tids.empty() || a.partition_tids.size() == a.segments.size(),
+                       "partition addresses not one per segment");
+        for (const std::string &t : a.partition_tids)
+            QSW_FUZZ_CHECK(t.empty() || qsw::is_tid_text(t), "a partition address that is not a tid: " + t);
         const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
         QSW_FUZZ_CHECK(j.is_object(), "read an answer that is not a JSON object");
         const auto st = j.find("statuses");

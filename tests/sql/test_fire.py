@@ -1017,6 +1017,62 @@ def test_the_fire_looks_its_partitions_up_by_key_once_then_goes_by_address(q, co
     assert q.one("SELECT count(*) FROM queen.log_timers") == 0
 
 
+@pytest.mark.parametrize("hint", ["kept", "rewritten", "another_partition", "unknown"])
+def test_a_fire_given_where_its_partitions_rows_were_after_its_last_fire_takes_them_there(q, connections, hint):
+    """Schema 37: the fire answers, per segment, the address its partition's row has after
+    the fire's write (partitionTids); handed back on the next fire of those partitions
+    (seg_partition_tids), a row still there is taken at it with no lookup by key (the one
+    walk of the row's versions a fire still made under a held snapshot). A hint that no
+    longer holds the row (a push wrote it since), that holds another partition's row, or
+    that is unknown (null) is looked up by key, as without hints; every case fires."""
+    from sqlkit import nested_plans
+    for p in ("p1", "p2"):
+        q.all("SELECT * FROM queen.log_provision_v1(%s, 'q', %s)", (T1, p))
+
+    def fire(keys, partitions, hints):
+        rows = by_key(q.claim4())
+        args = ([T1] * len(keys), ["q"] * len(keys), partitions, [1] * len(keys),
+                [psycopg2.Binary(stand_in_hash(rows[k]["txn"])) for k in keys],
+                [psycopg2.Binary(b"blob") for _ in keys], keys, list(range(1, len(keys) + 1)),
+                [str(rows[k]["claim_token"]) for k in keys], NOW, False,
+                [rows[k]["row_tid"] for k in keys], True, hints)
+        out, plans = nested_plans(
+            connections(), "SELECT queen.log_timers_fire_v2(%s::uuid[], %s::text[], %s::text[], %s::int[],"
+            " %s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::uuid[], %s, %s, %s::tid[], %s, %s::tid[])", args)
+        return out[0][0], plans
+
+    sched(q, ["a"], partition="p1")
+    sched(q, ["b"], partition="p2")
+    first, _ = fire(["a", "b"], ["p1", "p2"], [None, None])
+    assert first["statuses"] == "ff", first
+    now_at = {r["name"]: r["tid"] for r in q.all("SELECT name, ctid::text AS tid FROM queen.log_partitions")}
+    assert first["partitionTids"] == [now_at["p1"], now_at["p2"]], (first, now_at)
+
+    hints = list(first["partitionTids"])
+    if hint == "rewritten":
+        q.all("SELECT queen.log_push_v1(%s, 'q', 'p1', 1, %s, %s, %s)",
+              (T1, psycopg2.Binary(stand_in_hash("push-p1")), psycopg2.Binary(b"x"), NOW))
+    elif hint == "another_partition":
+        hints = [hints[1], hints[0]]
+    elif hint == "unknown":
+        hints = [None, hints[1]]
+    sched(q, ["c"], partition="p1")
+    sched(q, ["d"], partition="p2")
+    second, plans = fire(["c", "d"], ["p1", "p2"], hints)
+    assert second["statuses"] == "ff" and second["fired"] == 2, second
+
+    def reading(plan, *nodes):
+        return any(n in line and "never executed" not in line for line in plan.splitlines() for n in nodes)
+    by_index = [p for p in plans if reading(p, "Index Scan using log_partitions", "Index Only Scan using log_partitions",
+                                            "Bitmap Index Scan on log_partitions")]
+    assert len(by_index) == (0 if hint == "kept" else 1), [p[:400] for p in by_index]
+    now_at = {r["name"]: r["tid"] for r in q.all("SELECT name, ctid::text AS tid FROM queen.log_partitions")}
+    assert second["partitionTids"] == [now_at["p1"], now_at["p2"]], (second, now_at)
+    last = {r["name"]: r["last_offset"] for r in q.all("SELECT name, last_offset FROM queen.log_partitions")}
+    assert last == {"p1": 1 if hint != "rewritten" else 2, "p2": 1}, last
+    assert q.one("SELECT count(*) FROM queen.log_timers") == 0
+
+
 def test_an_append_given_an_address_that_does_not_hold_the_partition_row_keeps_nothing(q):
     """The append writes each offset at the address its caller locked the row at; an
     address that does not hold the row (a caller's mistake) raises XX000 and nothing of the

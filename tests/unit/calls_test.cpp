@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "pg/calls.hpp"
+#include "pg/sql_args.hpp"
 #include "pg/statements.hpp"
 
 using namespace qsw;
@@ -442,7 +443,7 @@ TEST(Calls, TheFireSendsItsArgumentsInTheTextsOrder) {
     a.wait = true;
     const Query q = fire_query(FireArgs(a));
     EXPECT_EQ(q.sql, sql::kFire);
-    ASSERT_EQ(q.params.size(), 11u);
+    ASSERT_EQ(q.params.size(), 12u);
     EXPECT_EQ(param(q, 0), "{\"t\"}");
     EXPECT_EQ(param(q, 2), "{\"p\"}");
     EXPECT_EQ(param(q, 3), "{2}");
@@ -453,11 +454,25 @@ TEST(Calls, TheFireSendsItsArgumentsInTheTextsOrder) {
     EXPECT_EQ(param(q, 8), "{\"x\",\"y\"}");
     EXPECT_EQ(param(q, 9), "true");
     EXPECT_TRUE(q.params[10].is_null);  // an address unknown: every row by key
+    EXPECT_TRUE(q.params[11].is_null);  // no partition addresses: none answered either
     a.wait = false;
     a.tids = "{\"(0,1)\",\"(0,2)\"}";
+    a.seg_partition_tids = "{NULL}";
     const Query w = fire_query(std::move(a));
     EXPECT_EQ(param(w, 9), "false");
     EXPECT_EQ(param(w, 10), "{\"(0,1)\",\"(0,2)\"}");
+    EXPECT_EQ(param(w, 11), "{NULL}");
+}
+
+TEST(Calls, ATextArrayLiteralWritesANullElementUnquoted) {
+    TextArrayLiteral a;
+    a.add("(0,1)");
+    a.add_null();
+    a.add("NULL");  // the string, quoted: not a null
+    EXPECT_EQ(std::move(a).finish(), "{\"(0,1)\",NULL,\"NULL\"}");
+    TextArrayLiteral b;
+    b.add_null();
+    EXPECT_EQ(std::move(b).finish(), "{NULL}");
 }
 
 TEST(Calls, WhichServerAndWhichSchemaVersionTakeNoParameter) {

@@ -187,3 +187,34 @@ TEST(FireAnswer, AFullRealisticAnswer) {
     ASSERT_TRUE(b.readable);
     EXPECT_EQ(b.segments[0].base_offset, 7);
 }
+
+TEST(FireAnswer, PartitionAddressesAreReadPerSegmentOrNotAtAll) {
+    // Compact and full forms alike: one element per segment, null or a tid.
+    FireAnswer a = parse_fire_answer(
+        R"j({"statuses": "fbf", "baseOffsets": [0, 7], "staleHeld": [], "dupDuplicates": [], "dupReleased": [],
+            "partitionTids": ["(0,1)", null, "(4294967295,65535)"]})j");
+    ASSERT_TRUE(a.readable) << a.unreadable;
+    ASSERT_EQ(a.partition_tids.size(), 3u);
+    EXPECT_EQ(a.partition_tids[0], "(0,1)");
+    EXPECT_EQ(a.partition_tids[1], "");
+    EXPECT_EQ(a.partition_tids[2], "(4294967295,65535)");
+    a = parse_fire_answer(R"j({"segments": [{"status": "fired", "baseOffset": 3}], "partitionTids": ["(12,3)"]})j");
+    ASSERT_TRUE(a.readable);
+    ASSERT_EQ(a.partition_tids.size(), 1u);
+    EXPECT_EQ(a.partition_tids[0], "(12,3)");
+    // A hint only: anything off drops every address, and the answer stays readable.
+    for (const char *tids : {R"j("partitionTids": null)j", R"j("partitionTids": "(0,1)")j",
+                             R"j("partitionTids": ["(0,1)"])j",                    // shorter than the segments
+                             R"j("partitionTids": ["(0,1)", "(0,2)", "(0,3)"])j",  // longer
+                             R"j("partitionTids": ["(0,1)", 5])j",                 // not a string
+                             R"j("partitionTids": ["(0,1)", "(0,0)"])j",           // offset 0 is no tid
+                             R"j("partitionTids": ["(0,1)", "(4294967296,1)"])j",  // block past 32 bits
+                             R"j("partitionTids": ["(0,1)", "(0,1)\"}"])j",        // quoting, injected
+                             R"j("partitionTids": ["(0,1)", " (0,1)"])j", R"j("x": 1)j"}) {
+        a = parse_fire_answer(
+            std::string(R"j({"segments": [{"status": "fired", "baseOffset": 1}, {"status": "busy"}], )j") + tids + "}");
+        ASSERT_TRUE(a.readable) << tids << ": " << a.unreadable;
+        EXPECT_EQ(a.segments.size(), 2u) << tids;
+        EXPECT_TRUE(a.partition_tids.empty()) << tids;
+    }
+}
