@@ -135,6 +135,9 @@ def test_fire_committed_but_answer_lost_is_announced(private_pg):
         assert delivered_once(q, queue, txns) == N
 
         wait_for(lambda: fired.total() == N, 45, 0.05, "on_fired for the fire whose answer was lost")
+        # The host hears of the timers (on_fired, from the loop) before the loop counts and
+        # publishes the resolution: the figures are read once they are there.
+        wait_for(lambda: h.stats()["failover"]["in_doubt"]["fired_total"] >= 1, 10, 0.02, "the resolution in the stats")
         st = h.stats()
         fo = st["failover"]
         print(f"\n[in-doubt fired] failover stats: {fo}")

@@ -9,7 +9,7 @@ fires exactly once."""
 from queenkit import TENANT_A, FiredLog, assert_clean_stop, op_schedule, wait_for
 
 FIRE_FN = ("queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[],"
-           " uuid[], timestamptz, boolean, tid[], boolean)")
+           " uuid[], timestamptz, boolean, tid[], boolean, tid[])")
 N = 50
 
 
