@@ -683,8 +683,8 @@ BEGIN
         RAISE EXCEPTION 'log_append_dedup_v1: a duplicate, found optimistically' USING ERRCODE = 'QSF01';
     END IF;
 
-    -- Lost a race with a concurrent writer of the same transaction: give back the index
-    new_tids := NULL;  -- rows taken (nothing was allocated), then one segment at a time
+    -- Lost a race with a concurrent writer of the same transaction: the index rows go back.
+    new_tids := NULL;  -- nothing was allocated; one segment at a time below, no addresses
     FOR v_tq IN SELECT w.q, array_agg(w.h) AS hs FROM unnest(v_won_q, v_won_h) AS w(q, h) GROUP BY w.q LOOP
         DELETE FROM queen.log_txn_index AS ix WHERE ix.queue_id = v_tq.q AND ix.hash = ANY (v_tq.hs);
     END LOOP;

@@ -346,8 +346,8 @@ $fn$;
 -- its row had after the caller's last fire of it, log_append_dedup_v1's new_tids; null
 -- or none: unknown) holds its current row, found by a TID scan and checked by queue and
 -- name, is not looked up by key at all: a caller that fires a partition again before
--- anyone else writes it walks no version of its row. Then, with wait false (the sweeper's first call),
--- the rows are locked at those addresses (FOR UPDATE SKIP LOCKED, ascending id, a TID
+-- anyone else writes it walks no version of its row. Then, with wait false (the sweeper's
+-- first call), the rows are locked at those addresses (FOR UPDATE SKIP LOCKED, ascending id, a TID
 -- scan: no index walked); a row not taken there (someone else holds it, or it was
 -- rewritten since it was read) is tried once more by id, SKIP LOCKED: held, its id is
 -- known and its last_offset null (its segments busy). With wait true (or null)
