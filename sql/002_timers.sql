@@ -44,6 +44,8 @@ DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v1(uuid[], timestamptz, 
 -- until 23, log_timers_tenant_ring_v1 no cap on the tenants it names.
 DROP FUNCTION IF EXISTS queen.log_timers_tenant_ring_v1(timestamptz, timestamptz, boolean);
 DROP FUNCTION IF EXISTS queen.log_timers_release_claims_v2(uuid[], timestamptz, timestamptz, timestamptz);
+-- Until schema version 38, log_timers_below_floor_v1 walked from the head in one call.
+DROP FUNCTION IF EXISTS queen.log_timers_below_floor_v1(timestamptz);
 
 -- ---------------------------------------------------------------------------------------
 -- The table
@@ -1380,13 +1382,16 @@ BEGIN
 END
 $fn$;
 
--- queen.log_timers_below_floor_v1(floor timestamptz) -> bigint or null
--- The due_at (Unix ms, rounded down) of the earliest row behind the given floor, or
--- null when there is none: the walk from the index's head that finds a slow transaction's
--- row (see section 2). It passes every dead entry behind the floor, so the sweeper runs it on a
--- clock of its own, never on the drain's path, and lowers its floor to what it finds.
--- Read-only. Locks: none. Null floor: null.
-CREATE OR REPLACE FUNCTION queen.log_timers_below_floor_v1(p_floor timestamptz)
+-- queen.log_timers_below_floor_v1(from timestamptz, until timestamptz) -> bigint or null
+-- The due_at (Unix ms, rounded down) of the earliest row with from <= due_at < until (null
+-- from: the index's head) that is not listed in queen.log_timers_held, or null when there is
+-- none: one slice of the walk from the index's head that finds a slow transaction's row
+-- behind the floor (see section 2). It passes every dead entry of its slice, so the sweeper
+-- walks [head, floor) a slice at a time, each slice sized to take a few milliseconds and
+-- followed by a pause 20 times as long, on a clock of its own, never on the drain's path, and
+-- lowers its floor to what a slice finds (src/sweeper/floor.hpp, "the walk from the head").
+-- Read-only. Locks: none. Null until: null.
+CREATE OR REPLACE FUNCTION queen.log_timers_below_floor_v1(p_from timestamptz, p_until timestamptz)
 RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, queen, pg_temp
@@ -1395,7 +1400,8 @@ SET enable_seqscan = off SET enable_bitmapscan = off  -- "Plans under a held sna
 AS $fn$
     SELECT queen.epoch_ms_v1(t.due_at)
       FROM queen.log_timers t
-     WHERE t.due_at < p_floor
+     WHERE t.due_at >= coalesce(p_from, '-infinity')
+       AND t.due_at < p_until
        AND NOT EXISTS (SELECT 1 FROM queen.log_timers_held h
                         WHERE h.tenant_id = t.tenant_id AND h.queue = t.queue
                           AND h.timer_key = t.timer_key AND h.due_at = t.due_at)

@@ -135,7 +135,7 @@ DECLARE
         ['queen_sweeper', 'queen.log_timers_claim_v1(int2[], timestamptz, int, int, int)'],
         ['queen_sweeper', 'queen.log_timers_claim_v4(int2[], timestamptz, int, int, int, bigint, uuid, uuid[], text[], text[], timestamptz, uuid[])'],
         ['queen_sweeper', 'queen.log_timers_due_v2(int2[], timestamptz, int, timestamptz, int)'],
-        ['queen_sweeper', 'queen.log_timers_below_floor_v1(timestamptz)'],
+        ['queen_sweeper', 'queen.log_timers_below_floor_v1(timestamptz, timestamptz)'],
         ['queen_sweeper', 'queen.log_timers_tenants_tidy_v1(int)'],
         ['queen_sweeper', 'queen.log_timers_fire_v1(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean)'],
         ['queen_sweeper', 'queen.log_timers_fire_v2(uuid[], text[], text[], int[], bytea[], bytea[], text[], int[], uuid[], timestamptz, boolean, tid[], boolean, tid[])'],

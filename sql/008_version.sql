@@ -68,5 +68,5 @@ $grants$;
 
 -- Last statement of the apply: the version it leaves behind.
 INSERT INTO queen.schema_info AS i (component, version, applied_at)
-VALUES ('queen-sweeper', 37, now())
+VALUES ('queen-sweeper', 38, now())
 ON CONFLICT (component) DO UPDATE SET version = excluded.version, applied_at = excluded.applied_at;

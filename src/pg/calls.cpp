@@ -296,7 +296,7 @@ ClaimAnswer read_claim_answer(const PgResult &r, uint64_t claimed_at_mono) {
 Query head_walk_query(const HeadWalkArgs &a) {
     Query q;
     q.sql = sql::kFloorHeadWalk;
-    q.params = {i64(a.floor_ms)};
+    q.params = {optional_i64(a.from_ms), i64(a.until_ms)};
     return q;
 }
 

@@ -68,14 +68,15 @@ Query fire_query(FireArgs &&a);
 // ---- The walk from the index head (sql::kFloorHeadWalk) -----------------------------------
 
 struct HeadWalkArgs {
-    int64_t floor_ms = 0;  // the floor it looks behind, Unix ms
+    std::optional<int64_t> from_ms;  // the slice's start, Unix ms (none: the index's head)
+    int64_t until_ms = 0;            // its end, not included: the floor at most, Unix ms
 };
 Query head_walk_query(const HeadWalkArgs &a);
 
 // Unreadable: not one row, or a column that is neither null nor an integer.
 struct HeadWalkAnswer {
     bool readable = false;
-    std::optional<int64_t> behind_ms;  // the earliest due instant behind the floor (none: none)
+    std::optional<int64_t> behind_ms;  // the earliest due instant in the slice (none: none)
     int64_t dead_tuples = -1;          // n_dead_tup of queen.log_timers (-1: unknown)
 };
 HeadWalkAnswer read_head_walk_answer(const PgResult &r);

@@ -74,11 +74,13 @@ inline constexpr const char *kInDoubt =
     "$1::int[], $2::uuid[], $3::text[], $4::bytea[], $5::int[], $6::text[])";
 enum class InDoubtCol { seg, present, unlocked, base_offset };
 
-// The walk from the index head for rows behind the floor. $1 double precision the floor,
-// Unix ms. One row: the earliest due_at behind it (Unix ms, or null), and n_dead_tup of
-// queen.log_timers (or null: statistics off).
+// One slice of the walk from the index head for rows behind the floor. $1 double precision
+// the slice's start, Unix ms (null: the index's head), $2 double precision its end (the
+// floor at most), Unix ms. One row: the earliest due_at in the slice (Unix ms, or null), and
+// n_dead_tup of queen.log_timers (or null: statistics off).
 inline constexpr const char *kFloorHeadWalk =
-    "SELECT queen.log_timers_below_floor_v1(to_timestamp($1::double precision / 1000)), "
+    "SELECT queen.log_timers_below_floor_v1(to_timestamp($1::double precision / 1000), "
+    "to_timestamp($2::double precision / 1000)), "
     "(SELECT s.n_dead_tup FROM pg_catalog.pg_stat_user_tables s "
     "WHERE s.schemaname = 'queen' AND s.relname = 'log_timers')";
 enum class FloorHeadWalkCol { behind_ms, dead_tuples };

@@ -547,13 +547,13 @@ std::string Stats::to_prometheus() {
                  "Server now minus the floor the probe and the claim start from (-1: none yet). Near the floor "
                  "slack (5 s) while due work keeps up; the age of the oldest due timer under a backlog.")
             .sample(fl.lag_ms < 0 ? -1.0 : secs(fl.lag_ms));
-        m.family("floor_head_walks_total", "counter", "Walks from the index head for rows behind the floor.")
+        m.family("floor_head_walks_total", "counter", "Passes of the walk from the index head for rows behind the floor.")
             .sample(fl.head_walks_total);
         m.family("floor_head_walk_seconds", "gauge",
-                 "How long the last walk from the index head took (-1: none yet): it grows with the dead "
-                 "entries a long transaction elsewhere keeps in the index.")
+                 "The walking time of the last whole pass from the index head, its slices summed (-1: none "
+                 "yet): it grows with the dead entries a long transaction elsewhere keeps in the index.")
             .sample(fl.head_walk_ms < 0 ? -1.0 : secs(fl.head_walk_ms));
-        m.family("floor_head_walk_failures_total", "counter", "Walks from the index head that failed.")
+        m.family("floor_head_walk_failures_total", "counter", "Slices of the walk from the index head that failed.")
             .sample(fl.head_walk_failures_total);
         m.family("floor_behind_total", "counter",
                  "Walks that found a row behind the floor (a transaction that committed long after it wrote).")

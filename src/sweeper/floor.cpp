@@ -22,10 +22,30 @@ std::optional<int64_t> floor_after_walk(std::optional<int64_t> current, std::opt
     return std::min(*current, *behind_ms);
 }
 
-int64_t head_walk_every_ms(int64_t last_walk_ms) {
-    const int64_t w = std::max<int64_t>(last_walk_ms, 0);
-    const int64_t every = w > kHeadWalkMaxEveryMs / 20 ? kHeadWalkMaxEveryMs : w * 20;
-    return std::clamp(every, kHeadWalkMinEveryMs, kHeadWalkMaxEveryMs);
+std::optional<HeadWalkSlice> head_walk_slice(std::optional<int64_t> cursor_ms, int64_t low_ms, int64_t end_ms,
+                                             int64_t width_ms) {
+    if (!cursor_ms) return HeadWalkSlice{std::nullopt, std::min(low_ms, end_ms)};
+    if (*cursor_ms >= end_ms) return std::nullopt;
+    const int64_t w = std::clamp(width_ms, kHeadWalkMinWidthMs, kHeadWalkMaxWidthMs);
+    // cursor + w without overflow (the distance in unsigned: end > cursor): never past end.
+    const uint64_t left = static_cast<uint64_t>(end_ms) - static_cast<uint64_t>(*cursor_ms);
+    const int64_t until = left <= static_cast<uint64_t>(w) ? end_ms : *cursor_ms + w;
+    return HeadWalkSlice{cursor_ms, until};
+}
+
+int64_t head_walk_width_ms(int64_t span_ms, int64_t took_ms) {
+    const int64_t span = std::clamp(span_ms, kHeadWalkMinWidthMs, kHeadWalkMaxWidthMs);
+    const int64_t took = std::max<int64_t>(took_ms, 1);
+    // span * slice / took, in double: span can be years of milliseconds.
+    const double scaled = static_cast<double>(span) * static_cast<double>(kHeadWalkSliceMs) / static_cast<double>(took);
+    const double most = std::min(static_cast<double>(span) * 4.0, static_cast<double>(kHeadWalkMaxWidthMs));
+    const double w = std::clamp(scaled, static_cast<double>(kHeadWalkMinWidthMs), most);
+    return static_cast<int64_t>(w);
+}
+
+int64_t head_walk_pause_ms(int64_t took_ms) {
+    const int64_t t = std::clamp<int64_t>(took_ms, 0, kHeadWalkMaxPauseMs);
+    return std::clamp(t * 20, kHeadWalkMinPauseMs, kHeadWalkMaxPauseMs);
 }
 
 bool backlog_after_probe(bool due_capped) { return due_capped; }
@@ -75,12 +95,15 @@ std::optional<int64_t> DueFloor::horizon_ms(int64_t idle_cycles) const {
 void DueFloor::note_answer(const FloorTicket &sent, std::optional<int64_t> answered,
                            std::optional<int64_t> server_now_ms) {
     floor_ms_ = floor_after_answer(floor_ms_, epoch_, sent, answered);
+    if (floor_ms_ && (!low_ms_ || *floor_ms_ < *low_ms_)) low_ms_ = floor_ms_;
     if (server_now_ms) fig_.lag_ms = floor_ms_ ? std::max<int64_t>(*server_now_ms - *floor_ms_, 0) : -1;
 }
 
 void DueFloor::reset() {
     if (!floor_ms_) return;
     floor_ms_.reset();
+    low_ms_.reset();
+    in_pass_ = false;
     ++epoch_;
     ++fig_.resets_total;
     fig_.lag_ms = -1;
@@ -103,7 +126,22 @@ bool DueFloor::head_walk_due() const { return !walking_ && floor_ms_ && ctx_.now
 Task<void> DueFloor::head_walk() {
     walking_ = true;
     const FloorTicket sent = ticket();
-    Query q = head_walk_query(HeadWalkArgs{sent.floor_ms.value_or(0)});
+    if (!in_pass_) {  // a new pass over [head, the floor now)
+        in_pass_ = true;
+        cursor_ms_.reset();
+        pass_end_ms_ = sent.floor_ms.value_or(0);
+        pass_began_ = ctx_.now();
+        pass_walk_ms_ = 0;
+    }
+    const int64_t end = std::min(pass_end_ms_, sent.floor_ms.value_or(pass_end_ms_));
+    const std::optional<HeadWalkSlice> slice =
+        head_walk_slice(cursor_ms_, low_ms_.value_or(end), end, width_ms_);
+    if (!slice) {  // the floor went back to or below where the pass had got: it is over
+        walking_ = false;
+        end_pass(0);
+        co_return;
+    }
+    Query q = head_walk_query(HeadWalkArgs{slice->from_ms, slice->until_ms});
     q.timeout_ms = ctx_.cfg.stmt_timeout_ms;
     q.cut_at_stop = true;
     if (const int s = g_test_head_walk_sleep_s.load(); s > 0)
@@ -113,12 +151,9 @@ Task<void> DueFloor::head_walk() {
     PgResult r = co_await ctx_.pool.query(Lane::maint, std::move(q));
     const int64_t took = static_cast<int64_t>(ctx_.now() - t0);
     walking_ = false;
-    next_walk_ = ctx_.now() + static_cast<uint64_t>(head_walk_every_ms(took));
     // Read without throwing: an answer that does not read fails this walk, never the loop.
     const HeadWalkAnswer a = read_head_walk_answer(r);
     const bool ok = a.readable;
-    const std::optional<int64_t> behind = a.behind_ms;
-    const int64_t dead = a.dead_tuples;
     if (!ok && r.ok) {
         r.ok = false;
         r.origin = Origin::internal;
@@ -132,21 +167,46 @@ Task<void> DueFloor::head_walk() {
     if (!ok) {
         ctx_.note_error("floor", r);
         ++fig_.head_walk_failures_total;
+        in_pass_ = false;  // the next pass begins from the head, kHeadWalkEveryMs after this one
+        next_walk_ = std::max(ctx_.now() + static_cast<uint64_t>(head_walk_pause_ms(took)),
+                              pass_began_ + static_cast<uint64_t>(kHeadWalkEveryMs));
         co_return;
     }
-    // Only the floor the walk was sent with is lowered: a reset meanwhile (another
-    // server) already starts from the head.
-    if (behind && sent.epoch == epoch_) {
-        floor_ms_ = floor_after_walk(floor_ms_, behind);
+    pass_walk_ms_ += took;
+    fig_.dead_tuples = a.dead_tuples;
+    if (slice->from_ms) {  // a slice cut short by the pass's end only narrows the next
+        const int64_t span = slice->until_ms - *slice->from_ms;
+        const int64_t w = head_walk_width_ms(span, took);
+        width_ms_ = span < width_ms_ ? std::min(width_ms_, w) : w;
+    }
+    cursor_ms_ = slice->until_ms;
+    if (sent.epoch != epoch_) {
+        // A reset (another server) or a lowering meanwhile: this pass is of an older floor.
+        in_pass_ = false;
+        next_walk_ = ctx_.now() + static_cast<uint64_t>(head_walk_pause_ms(took));
+        co_return;
+    }
+    if (a.behind_ms) {
+        floor_ms_ = floor_after_walk(floor_ms_, a.behind_ms);
+        if (floor_ms_) low_ms_ = low_ms_ ? std::min(*low_ms_, *floor_ms_) : *floor_ms_;
         ++epoch_;
+        ++fig_.behind_total;
         ctx_.log.info("a timer was found behind the floor (a transaction committed long after it wrote it): "
                       "the floor goes back to it");
     }
-    auto &fl = fig_;
-    ++fl.head_walks_total;
-    fl.head_walk_ms = took;
-    fl.dead_tuples = dead;
-    if (behind) ++fl.behind_total;
+    if (a.behind_ms || !floor_ms_ || *cursor_ms_ >= std::min(pass_end_ms_, *floor_ms_)) {
+        end_pass(took);
+        co_return;
+    }
+    next_walk_ = ctx_.now() + static_cast<uint64_t>(head_walk_pause_ms(took));
+}
+
+void DueFloor::end_pass(int64_t last_took_ms) {
+    in_pass_ = false;
+    ++fig_.head_walks_total;
+    fig_.head_walk_ms = pass_walk_ms_;
+    next_walk_ = std::max(ctx_.now() + static_cast<uint64_t>(head_walk_pause_ms(last_took_ms)),
+                          pass_began_ + static_cast<uint64_t>(kHeadWalkEveryMs));
 }
 
 }  // namespace qsw

@@ -50,12 +50,44 @@ std::optional<int64_t> floor_after_answer(std::optional<int64_t> current, uint64
 // The floor after a walk from the head found a row at behind_ms: lowered to it.
 std::optional<int64_t> floor_after_walk(std::optional<int64_t> current, std::optional<int64_t> behind_ms);
 
-// How long after a walk from the head the next one is due: 20 times what the last one took
-// (a walk through a long transaction's dead entries is paid for at most 1/20 of the time),
-// between 10 s and 5 minutes. A slow transaction's row waits at most this long.
-int64_t head_walk_every_ms(int64_t last_walk_ms);
-inline constexpr int64_t kHeadWalkMinEveryMs = 10000;
-inline constexpr int64_t kHeadWalkMaxEveryMs = 300000;
+// The walk from the head, a slice at a time. Under a snapshot held elsewhere every fired
+// row behind the floor keeps its dead entries, and a walk of [head, floor) passes them all:
+// in one call it grew to seconds (3.9 s after 30 minutes at 3,000 timers/s), and while it
+// ran it read the whole kept history through shared buffers, evicting and writing what the
+// drain was using: the claims it overlapped took 45-100 ms instead of 3-7
+// (tests/bench/results/2026-12-07-issue-36-head-walk-slices.md). So a pass walks
+// [head, end) (end: the floor when the pass began, or lower) in slices:
+// * the first from the index's head to `low`, the lowest floor this sweeper has had since
+//   its last reset (behind it lies only what was fired before it began);
+// * then [cursor, cursor + width) up to end, each slice's width set from the last one's
+//   cost (head_walk_width_ms) so that one takes about kHeadWalkSliceMs;
+// * each slice followed by a pause of 20 times what it took (at most 1/20 of the time),
+//   at least kHeadWalkMinPauseMs; a pass begins at least kHeadWalkEveryMs after the last
+//   one began.
+// A row behind the floor (a slow transaction's) is found by the first pass that begins
+// after its commit: within one pass and its spacing, 10 s on a clean index, about 21 times
+// the dead entries' walking time under a held snapshot (80 s after 30 minutes at 3,000/s).
+// head_walk_slice: the next slice, none when the pass is over (cursor at or past end).
+struct HeadWalkSlice {
+    std::optional<int64_t> from_ms;  // none: the index's head
+    int64_t until_ms = 0;            // not included
+};
+std::optional<HeadWalkSlice> head_walk_slice(std::optional<int64_t> cursor_ms, int64_t low_ms, int64_t end_ms,
+                                             int64_t width_ms);
+// The next slice's width from the last one walked (span_ms of due_at in took_ms): scaled to
+// take kHeadWalkSliceMs, at most 4 times wider, between kHeadWalkMinWidthMs and
+// kHeadWalkMaxWidthMs.
+int64_t head_walk_width_ms(int64_t span_ms, int64_t took_ms);
+// The pause after a slice that took took_ms: 20 times it, kHeadWalkMinPauseMs to
+// kHeadWalkMaxPauseMs.
+int64_t head_walk_pause_ms(int64_t took_ms);
+inline constexpr int64_t kHeadWalkSliceMs = 10;
+inline constexpr int64_t kHeadWalkMinWidthMs = 100;
+inline constexpr int64_t kHeadWalkMaxWidthMs = int64_t(1) << 45;  // about 1,100 years
+inline constexpr int64_t kHeadWalkFirstWidthMs = 1000;  // 3,000 dead entries at 3,000 timers/s: about 1.5 ms
+inline constexpr int64_t kHeadWalkMinPauseMs = 50;
+inline constexpr int64_t kHeadWalkMaxPauseMs = 60000;
+inline constexpr int64_t kHeadWalkEveryMs = 10000;
 
 // Whether the next claim is under a backlog (and so names tenants from the ring): after a
 // probe, whether its due count was capped; after a claim, whether it came back full (a
@@ -126,14 +158,17 @@ public:
     // A claim's rows: whether the backlog lasts, and the tenants it served under one.
     void note_claim_backlog(bool sent_in_backlog, int64_t got, int64_t want, int64_t tenants);
 
-    // The walk from the head: due (and not running), started beside the cycle by the
-    // Sweeper. A graceful stop cuts it short (its call is Query::cut_at_stop: the floor it
-    // would lower ends with the sweeper) before handing the held claims back, then awaits it.
+    // The walk from the head: its next slice due (and none running), started beside the
+    // cycle by the Sweeper, one slice a call. A graceful stop cuts it short (its call is
+    // Query::cut_at_stop: the floor it would lower ends with the sweeper) before handing the
+    // held claims back, then awaits it.
     bool head_walk_due() const;
     bool head_walking() const { return walking_; }
     Task<void> head_walk();
 
 private:
+    void end_pass(int64_t last_took_ms);  // figures, and when the next pass begins
+
     LoopContext &ctx_;
     FloorFigures fig_;
     std::optional<int64_t> floor_ms_;
@@ -143,8 +178,16 @@ private:
     uint64_t last_ring_ms_ = 0;       // loop clock of the last claim sent with the ring; 0: never
     int64_t last_ring_claim_ms_ = 0;  // how long that claim took
     int64_t beyond_streak_ = 0;
+    // The walk from the head (head_walk_slice): a pass under way, where it is, where it ends.
     bool walking_ = false;
-    uint64_t next_walk_ = 0;  // loop clock; 0: at the first chance
+    uint64_t next_walk_ = 0;  // loop clock of the next slice; 0: at the first chance
+    bool in_pass_ = false;
+    std::optional<int64_t> cursor_ms_;  // none: the pass's next slice starts at the head
+    int64_t pass_end_ms_ = 0;
+    uint64_t pass_began_ = 0;  // loop clock
+    int64_t pass_walk_ms_ = 0;  // the pass's slices' time so far
+    std::optional<int64_t> low_ms_;  // the lowest floor since the last reset
+    int64_t width_ms_ = kHeadWalkFirstWidthMs;
 };
 
 }  // namespace qsw

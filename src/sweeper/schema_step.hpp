@@ -18,7 +18,7 @@ namespace qsw {
 
 // The schema version this library's sql/ records (sql/008_version.sql). Bumped with any
 // change in sql/ that a broker or a sweeper sees, together with that file.
-constexpr int64_t kSchemaVersion = 37;
+constexpr int64_t kSchemaVersion = 38;
 
 class SchemaStep {
 public:

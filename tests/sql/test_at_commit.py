@@ -81,7 +81,7 @@ def test_a_transaction_that_commits_late_has_its_due_rows_moved_to_the_commit(q,
     floor = before - dt.timedelta(seconds=1)
     d = q.one("SELECT queen.log_timers_due_v2(NULL, clock_timestamp(), 100, %s, NULL)", (floor,))
     assert d["due"] == 3, d
-    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) is None
+    assert q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,)) is None
 
 
 def test_a_prompt_commit_keeps_every_due_at_as_written(q, broker):
@@ -146,7 +146,7 @@ def test_only_the_deferred_check_moves_rows_and_the_walk_from_the_head_finds_wha
     r = rows(q)["imm"]
     assert r["due_at"] == start and r["claimed_until"] is None
     floor = start + dt.timedelta(milliseconds=500)
-    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) is not None
+    assert q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,)) is not None
 
 
 def test_the_trigger_is_deferred_and_never_queued_by_a_claim(q):

@@ -118,14 +118,32 @@ def test_the_old_hand_back_leaves_a_row_behind_and_the_walk_from_the_head_finds_
     assert v == NOW - ms(60_000)  # deliver_at is in 2030, after the real now(): no trigger
     floor = NOW - ms(1000)
     assert claim3(q, now=NOW, floor=floor) == []
-    behind = q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,))
+    behind = q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,))
     assert behind == int((NOW - ms(60_000)).timestamp() * 1000)
     assert len(claim3(q, now=NOW, floor=dt.datetime.fromtimestamp(behind / 1000, tz=dt.timezone.utc))) == 1
     # in flight, the row still waits where it was claimed (schema version 9): still found
     # behind the floor (were its lease to lapse, this is the walk that would find it again)
-    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) == behind
+    assert q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,)) == behind
     q.exec("DELETE FROM queen.log_timers")  # fired
-    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) is None
+    assert q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,)) is None
+
+
+def test_a_slice_of_the_walk_from_the_head_finds_only_what_lies_within_it(q):
+    """The sweeper walks [head, floor) a slice at a time (src/sweeper/floor.hpp): a slice
+    [from, until) answers the earliest row in it, from included, until not; the head slice
+    (null from) everything before until; a null until nothing."""
+    sched_many(q, 1, now=NOW - ms(60_000))
+    q.release(claim3(q, now=NOW))  # back at its deliverAt, 60 s before NOW (see above)
+    at = int((NOW - ms(60_000)).timestamp() * 1000)
+
+    def walk(frm, until):
+        return q.one("SELECT queen.log_timers_below_floor_v1(%s, %s)", (frm, until))
+    assert walk(None, NOW) == at
+    assert walk(NOW - ms(60_000), NOW) == at  # from included
+    assert walk(NOW - ms(59_999), NOW) is None  # after the slice's row
+    assert walk(None, NOW - ms(60_000)) is None  # until not included
+    assert walk(NOW - ms(120_000), NOW - ms(59_999)) == at
+    assert walk(None, None) is None
 
 
 def test_a_write_by_hand_behind_now_is_put_at_now_by_the_trigger(q):
@@ -179,7 +197,7 @@ def test_a_slow_transaction_lands_behind_the_floor_and_only_the_walk_from_the_he
     slow.commit()
     assert claim3(q, now=later, floor=floor) == []
     assert due2(q, now=later, floor=floor)["due"] == 0
-    behind = q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,))
+    behind = q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,))
     assert behind == int(NOW.timestamp() * 1000)
     rows = claim3(q, now=later, floor=dt.datetime.fromtimestamp(behind / 1000, tz=dt.timezone.utc))
     assert [r["timer_key"] for r in rows] == ["slow"]

@@ -51,7 +51,7 @@ def test_a_held_row_is_listed_passed_by_the_floor_and_fired_once_let_go(q, holde
     d = due2(q, floor=floor)
     assert floor == NOW - ms(5000) and d["due"] == 0 and d["held"] == 1, d
     # the walk from the head does not bring the floor back to it
-    assert q.one("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)) is None
+    assert q.one("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,)) is None
     # still held: the claim tries it by key and gets nothing
     assert claim3(q, floor=floor) == []
     holder.rollback()  # the host lets go

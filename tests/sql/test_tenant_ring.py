@@ -194,7 +194,7 @@ def test_every_walk_of_the_due_index_is_an_index_scan_when_analyze_saw_only_live
         for sql, args in (("SELECT queen.log_timers_due_v2(NULL, %s, 2000, %s, NULL)", (NOW, floor)),
                           ("SELECT count(*) FROM queen.log_timers_claim_v4(NULL, %s, 30000, 100, 5, NULL, NULL,"
                            " NULL, NULL, NULL, %s, '{}'::uuid[])", (NOW, floor)),
-                          ("SELECT queen.log_timers_below_floor_v1(%s)", (floor,)),
+                          ("SELECT queen.log_timers_below_floor_v1(NULL, %s)", (floor,)),
                           ("SELECT queen.log_timers_release_claims_v2(ARRAY[gen_random_uuid()], %s, %s, %s, %s)",
                            (NOW, NOW + ms(30_000), NOW, floor))):
             for _ in range(6):  # past plpgsql's first custom plans

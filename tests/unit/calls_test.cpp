@@ -410,10 +410,15 @@ TEST(Calls, AClaimColumnThatDoesNotReadBackNamesItselfAndKeepsTheRowsNames) {
 }
 
 TEST(Calls, TheWalkFromTheHead) {
-    const Query q = head_walk_query(HeadWalkArgs{1234});
+    const Query q = head_walk_query(HeadWalkArgs{1000, 1234});
     EXPECT_EQ(q.sql, sql::kFloorHeadWalk);
-    ASSERT_EQ(q.params.size(), 1u);
-    EXPECT_EQ(param(q, 0), "1234");
+    ASSERT_EQ(q.params.size(), 2u);
+    EXPECT_EQ(param(q, 0), "1000");
+    EXPECT_EQ(param(q, 1), "1234");
+    const Query head = head_walk_query(HeadWalkArgs{std::nullopt, 1234});  // from the index's head
+    ASSERT_EQ(head.params.size(), 2u);
+    EXPECT_TRUE(head.params[0].is_null);
+    EXPECT_EQ(param(head, 1), "1234");
     HeadWalkAnswer a = read_head_walk_answer(result(2, {{"99", "7"}}));
     ASSERT_TRUE(a.readable);
     EXPECT_EQ(a.behind_ms, 99);

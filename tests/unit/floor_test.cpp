@@ -35,12 +35,62 @@ TEST(Floor, AWalkFromTheHeadLowersTheFloorToWhatItFound) {
 }
 
 TEST(Floor, TheWalkFromTheHeadCostsAtMostATwentiethOfTheTime) {
-    EXPECT_EQ(head_walk_every_ms(0), kHeadWalkMinEveryMs);
-    EXPECT_EQ(head_walk_every_ms(-5), kHeadWalkMinEveryMs);
-    EXPECT_EQ(head_walk_every_ms(499), kHeadWalkMinEveryMs);
-    EXPECT_EQ(head_walk_every_ms(1000), 20000);
-    EXPECT_EQ(head_walk_every_ms(15000), kHeadWalkMaxEveryMs);
-    EXPECT_EQ(head_walk_every_ms(INT64_MAX), kHeadWalkMaxEveryMs);  // no overflow
+    EXPECT_EQ(head_walk_pause_ms(0), kHeadWalkMinPauseMs);
+    EXPECT_EQ(head_walk_pause_ms(-5), kHeadWalkMinPauseMs);
+    EXPECT_EQ(head_walk_pause_ms(2), kHeadWalkMinPauseMs);
+    EXPECT_EQ(head_walk_pause_ms(10), 200);
+    EXPECT_EQ(head_walk_pause_ms(1000), 20000);
+    EXPECT_EQ(head_walk_pause_ms(5000), kHeadWalkMaxPauseMs);
+    EXPECT_EQ(head_walk_pause_ms(INT64_MAX), kHeadWalkMaxPauseMs);  // no overflow
+}
+
+TEST(Floor, APassWalksFromTheHeadToTheLowestFloorThenASliceAtATimeToItsEnd) {
+    // first: the index's head up to the lowest floor since the last reset
+    auto s = head_walk_slice(std::nullopt, 1000, 5000, 700);
+    ASSERT_TRUE(s);
+    EXPECT_FALSE(s->from_ms);
+    EXPECT_EQ(s->until_ms, 1000);
+    // a lowest floor past the pass's end: the head slice stops at the end
+    s = head_walk_slice(std::nullopt, 9000, 5000, 700);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->until_ms, 5000);
+    // then width at a time
+    s = head_walk_slice(1000, 1000, 5000, 700);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->from_ms, std::optional<int64_t>(1000));
+    EXPECT_EQ(s->until_ms, 1700);
+    // never past the end
+    s = head_walk_slice(4800, 1000, 5000, 700);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->until_ms, 5000);
+    // over at or past the end
+    EXPECT_FALSE(head_walk_slice(5000, 1000, 5000, 700));
+    EXPECT_FALSE(head_walk_slice(6000, 1000, 5000, 700));
+    // a width out of range is brought into it; no overflow near the ends of int64
+    s = head_walk_slice(1000, 1000, 100000, 0);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->until_ms, 1000 + kHeadWalkMinWidthMs);
+    s = head_walk_slice(INT64_MAX - 10, 0, INT64_MAX, INT64_MAX);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->until_ms, INT64_MAX);
+    s = head_walk_slice(INT64_MIN, 0, INT64_MAX, INT64_MAX);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->until_ms, INT64_MIN + kHeadWalkMaxWidthMs);
+}
+
+TEST(Floor, ASliceOfTheWalkIsSizedToTakeAFewMilliseconds) {
+    // took what a slice should: the same width
+    EXPECT_EQ(head_walk_width_ms(60000, kHeadWalkSliceMs), 60000);
+    // ten times too long: a tenth as wide, at once
+    EXPECT_EQ(head_walk_width_ms(60000, 10 * kHeadWalkSliceMs), 6000);
+    // far too long: not narrower than the least width
+    EXPECT_EQ(head_walk_width_ms(60000, 1000000), kHeadWalkMinWidthMs);
+    EXPECT_EQ(head_walk_width_ms(-5, 1000000), kHeadWalkMinWidthMs);
+    // cheap: at most 4 times wider a slice, never wider than the most
+    EXPECT_EQ(head_walk_width_ms(60000, 0), 240000);
+    EXPECT_EQ(head_walk_width_ms(60000, -3), 240000);
+    EXPECT_EQ(head_walk_width_ms(kHeadWalkMaxWidthMs, 0), kHeadWalkMaxWidthMs);
+    EXPECT_EQ(head_walk_width_ms(INT64_MAX, 1), kHeadWalkMaxWidthMs);  // no overflow
 }
 
 TEST(Floor, TheProbeLooksToTheSleepCeilingUntilItMustLookFurther) {
