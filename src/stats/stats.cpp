@@ -78,6 +78,7 @@ nlohmann::json Stats::to_json() {
     j["claims_packed_ahead_total"] = x.claims_packed_ahead_total;
     j["claims_carried_total"] = x.claims_carried_total;
     j["contended_claims_total"] = x.contended_claims_total;
+    j["fires_waiting_first_total"] = x.fires_waiting_first_total;
     j["fired_total"] = x.fired_total;
     j["fired_segments_total"] = x.fired_segments_total;
     j["stale_total"] = x.stale_total;
@@ -365,6 +366,9 @@ std::string Stats::to_prometheus() {
     m.family("contended_claims_total", "counter", "Claims whose fires met another broker (busy or stale "
              "segments); for a second after one, claims wait for their fires.")
         .sample(x.contended_claims_total);
+    m.family("fires_waiting_first_total", "counter", "Fires sent waiting for their partitions at once, every "
+             "partition having come back busy within the last second (another broker firing into them).")
+        .sample(x.fires_waiting_first_total);
     m.family("claimed_total", "counter", "Timer rows claimed.").sample(x.claimed_total);
     m.family("claimed_bytes_total", "counter", "Payload bytes the claims carried.").sample(x.claimed_bytes_total);
     m.family("cycle_crashes_total", "counter", "Cycles ended by an internal error; the loop went on after a backoff.")

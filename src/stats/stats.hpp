@@ -220,6 +220,7 @@ struct DrainFigures {
     int64_t claims_packed_ahead_total = 0;  // of those, packed before their turn to fire came
     int64_t claims_carried_total = 0;  // of those, sent beside a pass's last fire for the next cycle
     int64_t contended_claims_total = 0;  // claims whose fires met another broker (busy or stale)
+    int64_t fires_waiting_first_total = 0;  // fires sent waiting at once: every partition busy lately
     int64_t fired_total = 0;           // timers delivered into the log
     int64_t fired_segments_total = 0;
     int64_t stale_total = 0;           // segments found stale at fire time

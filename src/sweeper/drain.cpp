@@ -466,6 +466,16 @@ Task<bool> Drain::fire_claim_unguarded(Claim &c, Pass &p) {
         if (ctx_.stopping.load()) co_return false;
         CallPlan plan;
         plan.fire_by = c.fire_by;
+        size_t busy = 0;
+        for (const PackedSegment &seg : batch.segments)
+            busy += busy_partitions_.recent(seg.tenant, seg.queue, seg.partition, ctx_.now()) ? 1 : 0;
+        if (fire_waits_first(batch.segments.size(), busy)) {  // as the retry of a busy answer would
+            const BusyRetry br = busy_retry(0);
+            plan.wait = br.wait;
+            plan.lock_wait_ms = br.lock_wait_ms;
+            plan.tries = 1;
+            ++fig_.fires_waiting_first_total;
+        }
         FireEnd end = co_await fire_batch(c.rows, batch, plan);
         if (end.refused) refused = std::move(end.refused);
         if (end.ends_drain) break;
@@ -632,6 +642,8 @@ Task<Drain::FireEnd> Drain::on_fire_answer(const ClaimRows &owner, FireBatch &ba
     else
         for (size_t idx : t.stale_rows) book_.move(rows[idx], RowEvent::settled);
     if (t.busy.segments.empty()) co_return FireEnd{};
+    for (const PackedSegment &seg : t.busy.segments)
+        busy_partitions_.note(seg.tenant, seg.queue, seg.partition, ctx_.now());
     move_rows(rows, t.busy, RowEvent::busy);  // kept, or tried again at once (sent again)
     if (plan.tries == 0 && !ctx_.stopping.load()) {
         // Try 0: at once, waiting a little for the partition (busy_retry(0)).

@@ -35,6 +35,7 @@
 #include "sweeper/drain_policy.hpp"
 #include "sweeper/fire_tally.hpp"
 #include "sweeper/floor.hpp"
+#include "sweeper/busy_partitions.hpp"
 #include "sweeper/partition_addresses.hpp"
 #include "sweeper/recovery.hpp"
 
@@ -185,6 +186,7 @@ private:
     // Each partition's row address after our last fire of it, handed to the next fire of it
     // (partition_addresses.hpp).
     PartitionAddresses addresses_;
+    BusyPartitions busy_partitions_;  // what came back busy lately: fire_waits_first
     std::optional<Claim> carried_;  // for the next pass (carrying)
     PartitionKeys kept_partitions() const;  // sorted, distinct
     bool holding_back() const;

@@ -3,8 +3,7 @@
 
 namespace qsw {
 
-// Tenant, queue and partition joined by NUL, which a PostgreSQL text value never holds.
-std::string PartitionAddresses::key(std::string_view tenant, std::string_view queue, std::string_view partition) {
+std::string partition_key(std::string_view tenant, std::string_view queue, std::string_view partition) {
     std::string k;
     k.reserve(tenant.size() + queue.size() + partition.size() + 2);
     k.append(tenant);
@@ -23,13 +22,13 @@ size_t PartitionAddresses::cost(const std::string &key, const std::string &tid) 
 std::string_view PartitionAddresses::find(std::string_view tenant, std::string_view queue,
                                           std::string_view partition) const {
     if (map_.empty()) return {};
-    const auto it = map_.find(key(tenant, queue, partition));
+    const auto it = map_.find(partition_key(tenant, queue, partition));
     return it == map_.end() ? std::string_view{} : std::string_view(it->second);
 }
 
 void PartitionAddresses::learn(std::string_view tenant, std::string_view queue, std::string_view partition,
                                std::string_view tid) {
-    std::string k = key(tenant, queue, partition);
+    std::string k = partition_key(tenant, queue, partition);
     const auto it = map_.find(k);
     if (it != map_.end()) {
         bytes_ -= cost(it->first, it->second);

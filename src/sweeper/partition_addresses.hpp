@@ -17,6 +17,10 @@
 
 namespace qsw {
 
+// A partition's key in the drain's memories of partitions: tenant, queue and partition
+// joined by NUL, which a PostgreSQL text value never holds (no two triples share one).
+std::string partition_key(std::string_view tenant, std::string_view queue, std::string_view partition);
+
 class PartitionAddresses {
 public:
     // About 40,000 partitions at typical name lengths.
@@ -34,7 +38,6 @@ public:
     int64_t resets() const { return resets_; }  // times everything was forgotten for the bound
 
 private:
-    static std::string key(std::string_view tenant, std::string_view queue, std::string_view partition);
     static size_t cost(const std::string &key, const std::string &tid);
     std::unordered_map<std::string, std::string> map_;
     size_t bytes_ = 0;

@@ -61,8 +61,11 @@ def test_claims_wait_for_their_fires_while_another_broker_is_in_the_way(q, sweep
     st = h.stats()
     assert_clean_stop(h)
     print(f"\n[contended] claims {st['claims_total']}, ahead {st['claims_ahead_total']}, "
-          f"contended {st['contended_claims_total']}")
+          f"contended {st['contended_claims_total']}, waiting first {st['fires_waiting_first_total']}")
     assert st["contended_claims_total"] >= 1
+    # The claims after the busy one fire into the same partition within the second: their
+    # fires are sent waiting for it at once (fire_waits_first), not skipping it first.
+    assert st["fires_waiting_first_total"] >= 1, st
     # About 20 claims of 100: overlapped, all but the first would be ahead; in turn after
     # the contended one, at most the claim sent with the first fire and those after the
     # second has passed (none on a plain build, a few on a slow one).

@@ -1,8 +1,9 @@
-// Both ends of every rule of the drain (sweeper/drain_policy.hpp).
+// Both ends of every rule of the drain (sweeper/drain_policy.hpp, sweeper/busy_partitions.hpp).
 #include <gtest/gtest.h>
 
 #include <limits>
 
+#include "sweeper/busy_partitions.hpp"
 #include "sweeper/drain_policy.hpp"
 
 using namespace qsw;
@@ -200,4 +201,40 @@ TEST(DrainPolicy, AFailedFireGoesWhereItsCauseSays) {
     in.isolate_enabled = true;
     in.transient = true;
     EXPECT_EQ(failed_fire(in), FailedFire::fail);  // transient: no attempt spent, never isolated
+}
+
+TEST(DrainPolicy, ABatchWaitsForItsPartitionsAtOnceOnlyWhenEveryOneWasBusyLately) {
+    EXPECT_FALSE(fire_waits_first(0, 0));  // nothing to fire
+    EXPECT_FALSE(fire_waits_first(3, 0));
+    EXPECT_FALSE(fire_waits_first(3, 2));  // one free partition fires without waiting for the rest
+    EXPECT_TRUE(fire_waits_first(3, 3));
+    EXPECT_TRUE(fire_waits_first(1, 1));
+    EXPECT_TRUE(fire_waits_first(1, 5));  // more than asked: still every one
+}
+
+TEST(DrainPolicy, APartitionIsBusyLatelyForASecondAfterItsBusyAnswer) {
+    BusyPartitions b;
+    EXPECT_FALSE(b.recent("t", "q", "p", 1000));
+    b.note("t", "q", "p", 1000);
+    EXPECT_TRUE(b.recent("t", "q", "p", 1000));
+    EXPECT_TRUE(b.recent("t", "q", "p", 1000 + BusyPartitions::kRecentMs - 1));
+    EXPECT_FALSE(b.recent("t", "q", "p", 1000 + BusyPartitions::kRecentMs));
+    EXPECT_TRUE(b.recent("t", "q", "p", 500));  // a clock read before the answer: still recent
+    // the key is the triple, NUL-joined: no two triples share one
+    EXPECT_FALSE(b.recent("t", "q", "p2", 1000));
+    EXPECT_FALSE(b.recent("t", "qp", "", 1000));
+    b.note("t", "q", "p", 5000);  // noted again: recent from then
+    EXPECT_TRUE(b.recent("t", "q", "p", 5500));
+}
+
+TEST(DrainPolicy, TheBusyPartitionsForgetEverythingAtTheirBound) {
+    BusyPartitions b;
+    for (size_t i = 0; i < BusyPartitions::kMaxEntries; ++i) b.note("t", "q", std::to_string(i), 100);
+    EXPECT_EQ(b.size(), BusyPartitions::kMaxEntries);
+    b.note("t", "q", "0", 200);  // one already known: no growth, nothing forgotten
+    EXPECT_EQ(b.size(), BusyPartitions::kMaxEntries);
+    b.note("t", "q", "new", 200);  // past the bound: all forgotten, the new one kept
+    EXPECT_EQ(b.size(), 1u);
+    EXPECT_TRUE(b.recent("t", "q", "new", 200));
+    EXPECT_FALSE(b.recent("t", "q", "1", 200));
 }

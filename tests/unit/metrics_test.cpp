@@ -198,6 +198,7 @@ TEST(Metrics, EveryJsonFigureIsExported) {
         {"claims_packed_ahead_total", "queen_sweeper_claims_packed_ahead_total"},
         {"claims_carried_total", "queen_sweeper_claims_carried_total"},
         {"contended_claims_total", "queen_sweeper_contended_claims_total"},
+        {"fires_waiting_first_total", "queen_sweeper_fires_waiting_first_total"},
         {"claimed_total", "queen_sweeper_claimed_total"},
         {"claimed_bytes_total", "queen_sweeper_claimed_bytes_total"},
         {"cycle_crashes_total", "queen_sweeper_cycle_crashes_total"},
