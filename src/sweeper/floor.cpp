@@ -22,15 +22,14 @@ std::optional<int64_t> floor_after_walk(std::optional<int64_t> current, std::opt
     return std::min(*current, *behind_ms);
 }
 
-std::optional<HeadWalkSlice> head_walk_slice(std::optional<int64_t> cursor_ms, int64_t low_ms, int64_t end_ms,
-                                             int64_t width_ms) {
-    if (!cursor_ms) return HeadWalkSlice{std::nullopt, std::min(low_ms, end_ms)};
-    if (*cursor_ms >= end_ms) return std::nullopt;
+std::optional<HeadWalkSlice> head_walk_slice(std::optional<int64_t> cursor_ms, int64_t low_ms, int64_t width_ms) {
+    if (!cursor_ms) return std::nullopt;
+    if (*cursor_ms <= low_ms) return HeadWalkSlice{std::nullopt, *cursor_ms};  // the rest, from the head
     const int64_t w = std::clamp(width_ms, kHeadWalkMinWidthMs, kHeadWalkMaxWidthMs);
-    // cursor + w without overflow (the distance in unsigned: end > cursor): never past end.
-    const uint64_t left = static_cast<uint64_t>(end_ms) - static_cast<uint64_t>(*cursor_ms);
-    const int64_t until = left <= static_cast<uint64_t>(w) ? end_ms : *cursor_ms + w;
-    return HeadWalkSlice{cursor_ms, until};
+    // cursor - w without overflow (the distance in unsigned: cursor > low): never below low.
+    const uint64_t above = static_cast<uint64_t>(*cursor_ms) - static_cast<uint64_t>(low_ms);
+    const int64_t from = above <= static_cast<uint64_t>(w) ? low_ms : *cursor_ms - w;
+    return HeadWalkSlice{from, *cursor_ms};
 }
 
 int64_t head_walk_width_ms(int64_t span_ms, int64_t took_ms) {
@@ -126,17 +125,16 @@ bool DueFloor::head_walk_due() const { return !walking_ && floor_ms_ && ctx_.now
 Task<void> DueFloor::head_walk() {
     walking_ = true;
     const FloorTicket sent = ticket();
-    if (!in_pass_) {  // a new pass over [head, the floor now)
+    if (!in_pass_) {  // a new pass over [head, the floor now), from its end back
         in_pass_ = true;
-        cursor_ms_.reset();
-        pass_end_ms_ = sent.floor_ms.value_or(0);
+        cursor_ms_ = sent.floor_ms.value_or(0);
+        width_ms_ = kHeadWalkFirstWidthMs;
         pass_began_ = ctx_.now();
         pass_walk_ms_ = 0;
     }
-    const int64_t end = std::min(pass_end_ms_, sent.floor_ms.value_or(pass_end_ms_));
-    const std::optional<HeadWalkSlice> slice =
-        head_walk_slice(cursor_ms_, low_ms_.value_or(end), end, width_ms_);
-    if (!slice) {  // the floor went back to or below where the pass had got: it is over
+    const int64_t low = low_ms_.value_or(cursor_ms_.value_or(0));
+    const std::optional<HeadWalkSlice> slice = head_walk_slice(cursor_ms_, low, width_ms_);
+    if (!slice) {  // nothing left (not reached: a pass ends with its slice from the head)
         walking_ = false;
         end_pass(0);
         co_return;
@@ -167,34 +165,34 @@ Task<void> DueFloor::head_walk() {
     if (!ok) {
         ctx_.note_error("floor", r);
         ++fig_.head_walk_failures_total;
-        in_pass_ = false;  // the next pass begins from the head, kHeadWalkEveryMs after this one
+        in_pass_ = false;  // the next pass begins again, kHeadWalkEveryMs after this one
         next_walk_ = std::max(ctx_.now() + static_cast<uint64_t>(head_walk_pause_ms(took)),
                               pass_began_ + static_cast<uint64_t>(kHeadWalkEveryMs));
         co_return;
     }
     pass_walk_ms_ += took;
     fig_.dead_tuples = a.dead_tuples;
-    if (slice->from_ms) {  // a slice cut short by the pass's end only narrows the next
-        const int64_t span = slice->until_ms - *slice->from_ms;
-        const int64_t w = head_walk_width_ms(span, took);
-        width_ms_ = span < width_ms_ ? std::min(width_ms_, w) : w;
-    }
-    cursor_ms_ = slice->until_ms;
-    if (sent.epoch != epoch_) {
-        // A reset (another server) or a lowering meanwhile: this pass is of an older floor.
+    if (sent.epoch != epoch_ || !in_pass_) {
+        // A reset meanwhile (another server): its floor starts from the head already.
         in_pass_ = false;
         next_walk_ = ctx_.now() + static_cast<uint64_t>(head_walk_pause_ms(took));
         co_return;
     }
+    if (slice->from_ms) {  // a slice cut short at low only narrows the next
+        const int64_t span = slice->until_ms - *slice->from_ms;
+        const int64_t w = head_walk_width_ms(span, took);
+        width_ms_ = span < width_ms_ ? std::min(width_ms_, w) : w;
+    }
+    cursor_ms_ = slice->from_ms;  // none after the slice from the head: the pass is over
     if (a.behind_ms) {
         floor_ms_ = floor_after_walk(floor_ms_, a.behind_ms);
         if (floor_ms_) low_ms_ = low_ms_ ? std::min(*low_ms_, *floor_ms_) : *floor_ms_;
-        ++epoch_;
+        ++epoch_;  // answers to calls sent before are dropped (computed past this row)
         ++fig_.behind_total;
         ctx_.log.info("a timer was found behind the floor (a transaction committed long after it wrote it): "
                       "the floor goes back to it");
     }
-    if (a.behind_ms || !floor_ms_ || *cursor_ms_ >= std::min(pass_end_ms_, *floor_ms_)) {
+    if (!cursor_ms_ || !floor_ms_) {
         end_pass(took);
         co_return;
     }

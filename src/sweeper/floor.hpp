@@ -56,25 +56,30 @@ std::optional<int64_t> floor_after_walk(std::optional<int64_t> current, std::opt
 // ran it read the whole kept history through shared buffers, evicting and writing what the
 // drain was using: the claims it overlapped took 45-100 ms instead of 3-7
 // (tests/bench/results/2026-12-07-issue-36-head-walk-slices.md). So a pass walks
-// [head, end) (end: the floor when the pass began, or lower) in slices:
-// * the first from the index's head to `low`, the lowest floor this sweeper has had since
-//   its last reset (behind it lies only what was fired before it began);
-// * then [cursor, cursor + width) up to end, each slice's width set from the last one's
-//   cost (head_walk_width_ms) so that one takes about kHeadWalkSliceMs;
+// [head, end) (end: the floor when the pass began) in slices, from its end back:
+// * [cursor - width, cursor), cursor going from end down to `low`, the lowest floor this
+//   sweeper has had since its last reset; each slice's width set from the last one's cost
+//   (head_walk_width_ms) so that one takes about kHeadWalkSliceMs, starting every pass at
+//   kHeadWalkFirstWidthMs. From the end back because what a held snapshot keeps is the
+//   fired rows since it began, behind the floor's end: a pass that crossed days of clean
+//   history first would reach them with a width grown over that history (4 times a slice),
+//   and walk them in one slice, as the one call did;
+// * then the rest, from the index's head to low (behind it lies only what was fired
+//   before this sweeper began);
 // * each slice followed by a pause of 20 times what it took (at most 1/20 of the time),
 //   at least kHeadWalkMinPauseMs; a pass begins at least kHeadWalkEveryMs after the last
-//   one began.
+//   one began. A slice that finds a row lowers the floor to it, and the pass goes on back.
 // A row behind the floor (a slow transaction's) is found by the first pass that begins
 // after its commit: within one pass and its spacing, 10 s on a clean index, about 21 times
 // the dead entries' walking time under a held snapshot (2.5 minutes after 30
 // minutes at 3,000/s, a pass's slices summing 7.2 s).
-// head_walk_slice: the next slice, none when the pass is over (cursor at or past end).
+// head_walk_slice: the slice below cursor (the upper end of the next slice; none: the pass
+// is over, the slice from the head done).
 struct HeadWalkSlice {
     std::optional<int64_t> from_ms;  // none: the index's head
     int64_t until_ms = 0;            // not included
 };
-std::optional<HeadWalkSlice> head_walk_slice(std::optional<int64_t> cursor_ms, int64_t low_ms, int64_t end_ms,
-                                             int64_t width_ms);
+std::optional<HeadWalkSlice> head_walk_slice(std::optional<int64_t> cursor_ms, int64_t low_ms, int64_t width_ms);
 // The next slice's width from the last one walked (span_ms of due_at in took_ms): scaled to
 // take kHeadWalkSliceMs, at most 4 times wider, between kHeadWalkMinWidthMs and
 // kHeadWalkMaxWidthMs.
@@ -183,8 +188,7 @@ private:
     bool walking_ = false;
     uint64_t next_walk_ = 0;  // loop clock of the next slice; 0: at the first chance
     bool in_pass_ = false;
-    std::optional<int64_t> cursor_ms_;  // none: the pass's next slice starts at the head
-    int64_t pass_end_ms_ = 0;
+    std::optional<int64_t> cursor_ms_;  // the next slice's upper end; none: the pass is over
     uint64_t pass_began_ = 0;  // loop clock
     int64_t pass_walk_ms_ = 0;  // the pass's slices' time so far
     std::optional<int64_t> low_ms_;  // the lowest floor since the last reset

@@ -44,38 +44,38 @@ TEST(Floor, TheWalkFromTheHeadCostsAtMostATwentiethOfTheTime) {
     EXPECT_EQ(head_walk_pause_ms(INT64_MAX), kHeadWalkMaxPauseMs);  // no overflow
 }
 
-TEST(Floor, APassWalksFromTheHeadToTheLowestFloorThenASliceAtATimeToItsEnd) {
-    // first: the index's head up to the lowest floor since the last reset
-    auto s = head_walk_slice(std::nullopt, 1000, 5000, 700);
+TEST(Floor, APassWalksFromItsEndBackToTheLowestFloorASliceAtATimeThenTheRestFromTheHead) {
+    // from the end back, width at a time
+    auto s = head_walk_slice(5000, 1000, 700);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->from_ms, std::optional<int64_t>(4300));
+    EXPECT_EQ(s->until_ms, 5000);
+    // never below low
+    s = head_walk_slice(1200, 1000, 700);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->from_ms, std::optional<int64_t>(1000));
+    EXPECT_EQ(s->until_ms, 1200);
+    // at low (or below: a floor lowered past it): the rest, from the index's head
+    s = head_walk_slice(1000, 1000, 700);
     ASSERT_TRUE(s);
     EXPECT_FALSE(s->from_ms);
     EXPECT_EQ(s->until_ms, 1000);
-    // a lowest floor past the pass's end: the head slice stops at the end
-    s = head_walk_slice(std::nullopt, 9000, 5000, 700);
+    s = head_walk_slice(900, 1000, 700);
     ASSERT_TRUE(s);
-    EXPECT_EQ(s->until_ms, 5000);
-    // then width at a time
-    s = head_walk_slice(1000, 1000, 5000, 700);
-    ASSERT_TRUE(s);
-    EXPECT_EQ(s->from_ms, std::optional<int64_t>(1000));
-    EXPECT_EQ(s->until_ms, 1700);
-    // never past the end
-    s = head_walk_slice(4800, 1000, 5000, 700);
-    ASSERT_TRUE(s);
-    EXPECT_EQ(s->until_ms, 5000);
-    // over at or past the end
-    EXPECT_FALSE(head_walk_slice(5000, 1000, 5000, 700));
-    EXPECT_FALSE(head_walk_slice(6000, 1000, 5000, 700));
+    EXPECT_FALSE(s->from_ms);
+    EXPECT_EQ(s->until_ms, 900);
+    // over once the slice from the head is done
+    EXPECT_FALSE(head_walk_slice(std::nullopt, 1000, 700));
     // a width out of range is brought into it; no overflow near the ends of int64
-    s = head_walk_slice(1000, 1000, 100000, 0);
+    s = head_walk_slice(100000, 1000, 0);
     ASSERT_TRUE(s);
-    EXPECT_EQ(s->until_ms, 1000 + kHeadWalkMinWidthMs);
-    s = head_walk_slice(INT64_MAX - 10, 0, INT64_MAX, INT64_MAX);
+    EXPECT_EQ(s->from_ms, std::optional<int64_t>(100000 - kHeadWalkMinWidthMs));
+    s = head_walk_slice(INT64_MIN + 10, INT64_MIN, INT64_MAX);
     ASSERT_TRUE(s);
-    EXPECT_EQ(s->until_ms, INT64_MAX);
-    s = head_walk_slice(INT64_MIN, 0, INT64_MAX, INT64_MAX);
+    EXPECT_EQ(s->from_ms, std::optional<int64_t>(INT64_MIN));
+    s = head_walk_slice(INT64_MAX, INT64_MIN, INT64_MAX);
     ASSERT_TRUE(s);
-    EXPECT_EQ(s->until_ms, INT64_MIN + kHeadWalkMaxWidthMs);
+    EXPECT_EQ(s->from_ms, std::optional<int64_t>(INT64_MAX - kHeadWalkMaxWidthMs));
 }
 
 TEST(Floor, ASliceOfTheWalkIsSizedToTakeAFewMilliseconds) {
