@@ -560,7 +560,8 @@ std::string Stats::to_prometheus() {
         m.family("floor_head_walk_failures_total", "counter", "Slices of the walk from the index head that failed.")
             .sample(fl.head_walk_failures_total);
         m.family("floor_behind_total", "counter",
-                 "Walks that found a row behind the floor (a transaction that committed long after it wrote).")
+                 "Slices of the walk from the index head that found a row behind the floor (a transaction "
+                 "that committed long after it wrote).")
             .sample(fl.behind_total);
         m.family("timers_dead_tuples", "gauge",
                  "n_dead_tup of queen.log_timers at the last walk from the head (-1: unknown): it grows while "
